@@ -1,0 +1,37 @@
+# pulsar-bruce: `make run` and `make test` work on a fresh machine (they create .venv).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: run test unit lint proto bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+## run: the daemon in the foreground on an embedded pulsar-lite broker (127.0.0.1:6650, ./data)
+run: $(STAMP)
+	$(BIN)/python examples/run_local.py
+
+## test: lint, type-check and the whole suite, real-broker tests included
+test: $(STAMP) lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check daemon client_lib tests bench examples
+	$(BIN)/mypy daemon/pulsar_bruce client_lib/to_pulsar
+
+## proto: regenerate daemon/pulsar_bruce/frame/pulsar_api_pb2.py(i) from proto/
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -Iproto \
+	    --python_out=daemon/pulsar_bruce/frame --pyi_out=daemon/pulsar_bruce/frame \
+	    proto/pulsar_api.proto
+
+clean:
+	rm -rf $(VENV) data run

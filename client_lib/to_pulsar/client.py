@@ -1,0 +1,207 @@
+"""The sending side: one connected UNIX datagram socket to the local daemon."""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import socket
+import struct
+import time
+from collections.abc import Callable
+from types import TracebackType
+
+from .encoding import Payload, encode_any_partition, encode_partition_key
+from .errors import (
+    DaemonUnavailableError,
+    MessageTooLargeError,
+    SendTimeoutError,
+    ToPulsarError,
+)
+from .paths import resolve_socket_path
+
+__all__ = ["Sender"]
+
+# errnos meaning "the daemon we were connected to is gone": worth one reconnect.
+_RECONNECT_ERRNOS = frozenset({errno.ECONNREFUSED, errno.ENOENT, errno.ENOTCONN})
+
+_time_ns = time.time_ns
+
+
+def _apply_timeout(sock: socket.socket, timeout: float | None) -> None:
+    """Let the kernel wait for queue space: one syscall per send even with a timeout.
+
+    A blocking socket with SO_SNDTIMEO fails with EAGAIN once the timeout expires;
+    0 means non-blocking (SO_SNDTIMEO 0 would mean "forever").
+    """
+    if timeout == 0:
+        sock.setblocking(False)
+        return
+    sock.setblocking(True)
+    if timeout is not None:
+        micros = max(1, math.ceil(timeout * 1_000_000))
+        sec, usec = divmod(micros, 1_000_000)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("@ll", sec, usec))
+
+
+def _closed_send(datagram: bytes, /) -> int:
+    """Stands in for ``socket.send`` after close(), so send() needs no "closed?" check."""
+    raise ToPulsarError("Sender is closed")
+
+
+class Sender:
+    """Send Bruce-format messages to the local pulsar-bruce daemon.
+
+    Connects at construction so a missing daemon is reported early. ``timeout`` is
+    how long a send may wait for room in the daemon's socket queue: ``None`` blocks
+    forever, ``0`` never blocks. Sending from several threads is safe (each datagram
+    is one atomic syscall); reconnecting after a daemon restart is best-effort.
+
+    The timeout is enforced by the kernel (SO_SNDTIMEO), not ``socket.settimeout()``,
+    which would poll() before every send and double the syscalls per message.
+    """
+
+    __slots__ = ("_path", "_send", "_sock", "_timeout")
+
+    _send: Callable[[bytes], int]
+
+    def __init__(
+        self,
+        socket_path: str | os.PathLike[str] | None = None,
+        timeout: float | None = 5.0,
+    ) -> None:
+        if timeout is not None and not timeout >= 0:  # also rejects NaN
+            raise ValueError(f"timeout must be >= 0 or None, got {timeout}")
+        if timeout == math.inf:
+            timeout = None
+        self._path = resolve_socket_path(socket_path)
+        self._timeout = timeout
+        self._sock = self._connect()
+        self._send = self._sock.send
+
+    @property
+    def socket_path(self) -> str:
+        """The daemon socket this sender is (re)connected to."""
+        return self._path
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds a send may wait for queue space (None: forever, 0: not at all)."""
+        return self._timeout
+
+    def send(
+        self,
+        topic: str | bytes,
+        value: Payload,
+        *,
+        key: Payload | None = None,
+        partition_key: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        """Encode and send one message.
+
+        Without ``partition_key`` the daemon picks the partition (AnyPartition);
+        ``timestamp_ms`` defaults to now, 0 means "no event time".
+        """
+        if timestamp_ms is None:
+            timestamp_ms = _time_ns() // 1_000_000
+        if partition_key is None:
+            datagram = encode_any_partition(topic, value, b"" if key is None else key, timestamp_ms)
+        else:
+            datagram = encode_partition_key(
+                partition_key, topic, value, b"" if key is None else key, timestamp_ms
+            )
+        try:
+            self._send(datagram)
+        except OSError as exc:
+            self._recover(datagram, exc)
+
+    def send_raw(self, datagram: bytes) -> None:
+        """Send an already encoded datagram (e.g. one encoded once and sent many times)."""
+        try:
+            self._send(datagram)
+        except OSError as exc:
+            self._recover(datagram, exc)
+
+    def close(self) -> None:
+        """Close the socket; later sends raise ToPulsarError. Idempotent."""
+        self._send = _closed_send
+        self._sock.close()
+
+    def __enter__(self) -> Sender:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._send is _closed_send else "open"
+        return f"<Sender {self._path!r} timeout={self._timeout} {state}>"
+
+    # Slow paths: kept out of send() so the common case stays a single call.
+
+    def _connect(self) -> socket.socket:
+        """Open and connect a new socket, mapping "nobody there" to DaemonUnavailableError."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            sock.connect(self._path)
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            sock.close()
+            raise DaemonUnavailableError(
+                f"no daemon listening on {self._path} ({exc.strerror})"
+            ) from exc
+        except OSError as exc:
+            sock.close()
+            raise DaemonUnavailableError(
+                f"cannot connect to daemon socket {self._path} ({exc.strerror or exc})"
+            ) from exc
+        _apply_timeout(sock, self._timeout)
+        return sock
+
+    def _reconnect(self) -> None:
+        """Replace the socket after a daemon restart; on failure keep the old, dead one.
+
+        The old socket is disconnected by the kernel, so the next send fails with
+        ENOTCONN and tries to reconnect again.
+        """
+        new = self._connect()
+        old = self._sock
+        self._sock = new
+        self._send = new.send
+        old.close()
+
+    def _recover(self, datagram: bytes, exc: OSError) -> None:
+        """Handle a failed send: reconnect once if the daemon went away, else translate."""
+        if exc.errno in _RECONNECT_ERRNOS:
+            self._reconnect()
+            try:
+                self._send(datagram)
+                return
+            except OSError as retry_exc:
+                if retry_exc.errno in _RECONNECT_ERRNOS:
+                    raise DaemonUnavailableError(
+                        f"daemon on {self._path} went away and did not come back "
+                        f"({retry_exc.strerror})"
+                    ) from retry_exc
+                exc = retry_exc
+        raise self._translate(exc, len(datagram)) from exc
+
+    def _translate(self, exc: OSError, size: int) -> ToPulsarError:
+        """Map an OSError from send() to the client's exception hierarchy."""
+        if isinstance(exc, TimeoutError | BlockingIOError):
+            if not self._timeout:
+                return SendTimeoutError(f"daemon socket {self._path} queue is full (timeout=0)")
+            return SendTimeoutError(
+                f"daemon socket {self._path} queue stayed full for longer than "
+                f"the {self._timeout}s timeout"
+            )
+        if exc.errno == errno.EMSGSIZE:
+            return MessageTooLargeError(size)
+        if exc.errno in _RECONNECT_ERRNOS:
+            return DaemonUnavailableError(f"no daemon listening on {self._path} ({exc.strerror})")
+        return ToPulsarError(f"send to {self._path} failed ({exc.strerror or exc})")

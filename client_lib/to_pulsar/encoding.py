@@ -1,0 +1,171 @@
+"""Encode Bruce-format datagrams (AnyPartition / PartitionKey, ApiVersion 0).
+
+Wire layout, all integers big-endian, Size counting the whole datagram::
+
+    GenericMessage => Size:int32 ApiKey:int16 ApiVersion:int16 Message
+    AnyPartition   => Flags:int16 TopicSize:int16 Topic
+                      Timestamp:int64 KeySize:int32 Key ValueSize:int32 Value
+    PartitionKey   => Flags:int16 PartitionKey:int32 TopicSize:int16 Topic
+                      Timestamp:int64 KeySize:int32 Key ValueSize:int32 Value
+
+These functions sit on the per-message hot path, so they use precompiled structs,
+a single ``b"".join`` and defer all diagnostics to the (rare) failure path.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from .errors import InvalidMessageError
+
+API_KEY_ANY_PARTITION = 256
+API_KEY_PARTITION_KEY = 257
+API_VERSION = 0
+
+# Key and value: any bytes-like object, or str (sent as UTF-8).
+Payload = bytes | bytearray | memoryview | str
+
+MAX_TOPIC_SIZE = 0x7FFF
+MIN_PARTITION_KEY = -0x8000_0000
+MAX_PARTITION_KEY = 0xFFFF_FFFF
+
+# Size ApiKey ApiVersion Flags TopicSize
+_ANY_HEAD = struct.Struct(">ihhhh")
+# Size ApiKey ApiVersion Flags PartitionKey TopicSize
+_PK_HEAD = struct.Struct(">ihhhIh")
+# Timestamp KeySize
+_TS_KEYSIZE = struct.Struct(">qi")
+# ValueSize
+_VALUESIZE = struct.Struct(">i")
+
+# Fixed bytes besides topic, key and value: head + Timestamp/KeySize + ValueSize.
+ANY_PARTITION_OVERHEAD = _ANY_HEAD.size + _TS_KEYSIZE.size + _VALUESIZE.size
+PARTITION_KEY_OVERHEAD = _PK_HEAD.size + _TS_KEYSIZE.size + _VALUESIZE.size
+
+_pack_any_head = _ANY_HEAD.pack
+_pack_pk_head = _PK_HEAD.pack
+_pack_ts_keysize = _TS_KEYSIZE.pack
+_pack_valuesize = _VALUESIZE.pack
+_join = b"".join
+
+
+def _bad_topic(topic_size: int) -> InvalidMessageError:
+    """Only the length is checked here; the daemon does the semantic validation."""
+    return InvalidMessageError(
+        f"topic must be 1..{MAX_TOPIC_SIZE} bytes of UTF-8, got {topic_size} bytes"
+    )
+
+
+def _payload_bytes(what: str, data: Payload) -> bytes:
+    """Normalise a non-``bytes`` payload (off the hot path, which checks ``type() is bytes``).
+
+    str is UTF-8 encoded, keeping surrogate-escaped bytes (e.g. from argv) intact;
+    other bytes-like objects are copied so ``len()`` is a byte count.
+    """
+    if isinstance(data, str):
+        return data.encode("utf-8", "surrogateescape")
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(data)
+    raise TypeError(f"{what} must be bytes or str, not {type(data).__name__}")
+
+
+def _diagnose(
+    exc: Exception, size: int, topic: object, timestamp_ms: object
+) -> InvalidMessageError:
+    """Turn a packing or UTF-8 error into a message that names the bad field."""
+    if isinstance(exc, UnicodeEncodeError):
+        what = "topic" if exc.object is topic else "key/value"
+        return InvalidMessageError(f"{what} is not encodable as UTF-8: {exc.reason}")
+    if not isinstance(timestamp_ms, int) or not -(2**63) <= timestamp_ms < 2**63:
+        return InvalidMessageError(f"timestamp_ms must be an int64, got {timestamp_ms!r}")
+    if size > 0x7FFF_FFFF:
+        return InvalidMessageError(f"message of {size} bytes exceeds the int32 Size field")
+    return InvalidMessageError(f"cannot encode message: {exc}")
+
+
+def encode_any_partition(
+    topic: str | bytes,
+    value: Payload,
+    key: Payload = b"",
+    timestamp_ms: int = 0,
+) -> bytes:
+    """Encode an AnyPartition message: the daemon picks the partition.
+
+    ``timestamp_ms`` is milliseconds since the epoch; 0 means "no event time".
+    """
+    size = 0
+    try:
+        raw_topic = topic.encode() if isinstance(topic, str) else topic
+        topic_size = len(raw_topic)
+        if not 0 < topic_size <= MAX_TOPIC_SIZE:
+            raise _bad_topic(topic_size)
+        if type(value) is not bytes:
+            value = _payload_bytes("value", value)
+        if type(key) is not bytes:
+            key = _payload_bytes("key", key)
+        key_size = len(key)
+        value_size = len(value)
+        size = ANY_PARTITION_OVERHEAD + topic_size + key_size + value_size
+        return _join(
+            (
+                _pack_any_head(size, API_KEY_ANY_PARTITION, API_VERSION, 0, topic_size),
+                raw_topic,
+                _pack_ts_keysize(timestamp_ms, key_size),
+                key,
+                _pack_valuesize(value_size),
+                value,
+            )
+        )
+    except (struct.error, UnicodeEncodeError) as exc:
+        raise _diagnose(exc, size, topic, timestamp_ms) from exc
+
+
+def encode_partition_key(
+    partition_key: int,
+    topic: str | bytes,
+    value: Payload,
+    key: Payload = b"",
+    timestamp_ms: int = 0,
+) -> bytes:
+    """Encode a PartitionKey message: the daemon routes by ``partition_key``.
+
+    The key is unsigned 32-bit on the wire; negative int32 values (as Bruce users
+    pass them) are mapped by two's complement, so -1 and 0xFFFFFFFF are the same key.
+    """
+    if not MIN_PARTITION_KEY <= partition_key <= MAX_PARTITION_KEY:
+        raise InvalidMessageError(
+            f"partition key must be in {MIN_PARTITION_KEY}..{MAX_PARTITION_KEY}, "
+            f"got {partition_key}"
+        )
+    size = 0
+    try:
+        raw_topic = topic.encode() if isinstance(topic, str) else topic
+        topic_size = len(raw_topic)
+        if not 0 < topic_size <= MAX_TOPIC_SIZE:
+            raise _bad_topic(topic_size)
+        if type(value) is not bytes:
+            value = _payload_bytes("value", value)
+        if type(key) is not bytes:
+            key = _payload_bytes("key", key)
+        key_size = len(key)
+        value_size = len(value)
+        size = PARTITION_KEY_OVERHEAD + topic_size + key_size + value_size
+        return _join(
+            (
+                _pack_pk_head(
+                    size,
+                    API_KEY_PARTITION_KEY,
+                    API_VERSION,
+                    0,
+                    partition_key & 0xFFFF_FFFF,
+                    topic_size,
+                ),
+                raw_topic,
+                _pack_ts_keysize(timestamp_ms, key_size),
+                key,
+                _pack_valuesize(value_size),
+                value,
+            )
+        )
+    except (struct.error, UnicodeEncodeError) as exc:
+        raise _diagnose(exc, size, topic, timestamp_ms) from exc

@@ -1,0 +1,42 @@
+"""Exceptions raised by the client, all under one base so callers can catch them together."""
+
+from __future__ import annotations
+
+
+class ToPulsarError(Exception):
+    """Base class: anything the client raises on purpose derives from this."""
+
+
+class DaemonUnavailableError(ToPulsarError):
+    """No daemon is listening on the socket (file missing or connection refused).
+
+    Kept separate because callers usually want to retry or degrade, not crash.
+    """
+
+
+class MessageTooLargeError(ToPulsarError):
+    """The datagram exceeds what the OS (or the daemon's socket) accepts in one send.
+
+    Retrying cannot help, so this is distinct from transient send failures.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        super().__init__(
+            f"message of {size} bytes is too large to send: the limit is the OS datagram "
+            "limit (the socket send buffer) and the daemon's maximum message size"
+        )
+
+
+class SendTimeoutError(ToPulsarError):
+    """The daemon's socket queue stayed full for longer than the sender's timeout.
+
+    Signals back-pressure: the daemon is not keeping up (or is stuck).
+    """
+
+
+class InvalidMessageError(ToPulsarError, ValueError):
+    """The message cannot be encoded (bad topic, partition key, timestamp or size).
+
+    Also a ValueError so generic argument-checking code catches it.
+    """

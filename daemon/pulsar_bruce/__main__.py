@@ -1,0 +1,3 @@
+from pulsar_bruce.cli import main
+
+main()

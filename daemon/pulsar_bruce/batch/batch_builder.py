@@ -1,0 +1,124 @@
+"""Pulsar batch payloads, built in place as messages arrive (sans-IO).
+
+A batch payload is a run of entries ``[u32 size][SingleMessageMetadata][value]``.
+Each message's ``SingleMessageMetadata`` is hand-encoded straight into the
+batch buffer at append time (a few varint fields; a protobuf object per
+message would cost more than everything else on the hot path together).
+Compression happens once, when the batch is sealed.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from dataclasses import dataclass
+
+from pulsar_bruce.batch.compression import Compressor
+
+_U32 = struct.Struct(">I")
+
+# SingleMessageMetadata field tags: (field_number << 3) | wire_type.
+_TAG_PARTITION_KEY = b"\x12"  # 2, length-delimited
+_TAG_PAYLOAD_SIZE = b"\x18"  # 3, varint
+_TAG_EVENT_TIME = b"\x28"  # 5, varint
+_B64_FLAG = b"\x30\x01"  # 6 = true
+_ONE_BYTE_VARINTS = tuple(bytes((n,)) for n in range(128))
+
+
+def varint(n: int) -> bytes:
+    """Protobuf base-128 varint of a non-negative int."""
+    if n < 0x80:
+        return _ONE_BYTE_VARINTS[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def encode_key_field(key: bytes) -> bytes:
+    """``partition_key`` (+ the base64 flag for keys that are not UTF-8); empty key -> nothing."""
+    if not key:
+        return b""
+    if not key.isascii():
+        try:
+            key.decode("utf-8")
+        except UnicodeDecodeError:
+            encoded = base64.b64encode(key)
+            return _TAG_PARTITION_KEY + varint(len(encoded)) + encoded + _B64_FLAG
+    return _TAG_PARTITION_KEY + varint(len(key)) + key
+
+
+@dataclass(slots=True, eq=False)
+class SealedBatch:
+    """A closed batch waiting for its receipt.  Sequence ids and frame are set when first sent."""
+
+    count: int
+    payload: bytes
+    uncompressed_size: int
+    compression: int
+    #: Bytes charged against ``--buffer-max-bytes`` until the batch is acked or discarded.
+    buffer_bytes: int
+    sequence_id: int = -1
+    frame: bytes = b""
+    #: Set by the I/O edge: when the batch was first written to a broker (monotonic seconds).
+    sent_at: float = 0.0
+    send_attempts: int = 0
+
+    @property
+    def highest_sequence_id(self) -> int:
+        return self.sequence_id + self.count - 1
+
+
+class BatchBuilder:
+    """The open batch of one partition."""
+
+    __slots__ = ("_event_time", "_event_time_field", "buffer", "count")
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.count = 0
+        self._event_time = 0
+        self._event_time_field = b""
+
+    def append(self, key_field: bytes, timestamp: int, data: bytes, value_offset: int) -> int:
+        """Add ``data[value_offset:]`` as a message; returns the batch's size in bytes.
+
+        ``key_field`` comes from :func:`encode_key_field`; ``timestamp`` 0 (or
+        negative) means no event time.
+        """
+        payload_size = len(data) - value_offset
+        if timestamp > 0:
+            if timestamp != self._event_time:
+                self._event_time = timestamp
+                self._event_time_field = _TAG_EVENT_TIME + varint(timestamp)
+            metadata = key_field + _TAG_PAYLOAD_SIZE + varint(payload_size) + self._event_time_field
+        else:
+            metadata = key_field + _TAG_PAYLOAD_SIZE + varint(payload_size)
+        buffer = self.buffer
+        buffer += _U32.pack(len(metadata))
+        buffer += metadata
+        buffer += memoryview(data)[value_offset:]
+        self.count += 1
+        return len(buffer)
+
+    @staticmethod
+    def entry_size(key_field: bytes, value_size: int) -> int:
+        """Upper bound of the bytes one message adds (for limit checks before appending)."""
+        return 4 + len(key_field) + 1 + 5 + 11 + value_size
+
+    def seal(self, compression: int, compressor: Compressor | None) -> SealedBatch:
+        """Close the batch: compress once and reset for the next one."""
+        raw = bytes(self.buffer)
+        payload = compressor(raw) if compressor is not None else raw
+        batch = SealedBatch(
+            count=self.count,
+            payload=payload,
+            uncompressed_size=len(raw),
+            compression=compression,
+            buffer_bytes=len(raw),
+        )
+        self.buffer = bytearray()
+        self.count = 0
+        return batch

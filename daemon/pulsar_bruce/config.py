@@ -1,0 +1,215 @@
+"""Daemon configuration: one table of options, three sources.
+
+Every option has a command-line flag (``--buffer-max-bytes``), an environment
+variable (``PULSAR_BRUCE_BUFFER_MAX_BYTES``) and a TOML key
+(``buffer_max_bytes``).  Precedence: command line, environment, file, default.
+An invalid value raises :class:`ConfigError` with one line naming the option.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from pulsar_bruce.batch.compression import CODECS
+from pulsar_bruce.connection.pool import ServiceUrl
+
+ENV_PREFIX = "PULSAR_BRUCE_"
+
+
+class ConfigError(Exception):
+    """A bad option value; the message is the one line shown to the user."""
+
+
+_SIZE = re.compile(r"\s*(\d+)\s*([kmg]i?b?|b)?\s*", re.IGNORECASE)
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1024, "kb": 1000, "ki": 1024, "kib": 1024,
+    "m": 1024**2, "mb": 1000**2, "mi": 1024**2, "mib": 1024**2,
+    "g": 1024**3, "gb": 1000**3, "gi": 1024**3, "gib": 1024**3,
+}  # fmt: skip
+
+
+def parse_size(text: str | int) -> int:
+    """``256MiB``, ``128KiB``, ``10MB``, ``4096`` -> bytes."""
+    if isinstance(text, int):
+        value = text
+    else:
+        match = _SIZE.fullmatch(text)
+        if not match:
+            raise ValueError(f"expected a size like 256MiB or 65536, got {text!r}")
+        value = int(match.group(1)) * _SIZE_UNITS[(match.group(2) or "").lower()]
+    if value <= 0:
+        raise ValueError(f"expected a positive size, got {text!r}")
+    return value
+
+
+def parse_octal_mode(text: str | int) -> int:
+    if isinstance(text, int):
+        text = str(text)
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        raise ValueError(f"expected an octal mode like 0660, got {text!r}") from None
+    if not 0 <= mode <= 0o777:
+        raise ValueError(f"expected an octal mode between 0000 and 0777, got {text!r}")
+    return mode
+
+
+def parse_listen(text: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` or ``off``."""
+    if text.strip().lower() == "off":
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT or off, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def parse_service_url(text: str) -> str:
+    ServiceUrl.parse(text)
+    return text
+
+
+def parse_log_level(text: str) -> str:
+    level = text.strip().lower()
+    if level not in ("debug", "info", "warning", "error", "critical"):
+        raise ValueError(f"expected debug, info, warning, error or critical, got {text!r}")
+    return level
+
+
+def parse_compression(text: str) -> str:
+    name = text.strip().lower()
+    if name not in CODECS:
+        raise ValueError(f"expected one of {', '.join(CODECS)}, got {text!r}")
+    return name
+
+
+def _positive_int(text: str | int) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative_number(text: str | float) -> float:
+    value = float(text)
+    if value < 0:
+        raise ValueError(f"expected a non-negative number, got {text!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    name: str
+    default: Any
+    parse: Callable[[Any], Any]
+    help: str
+    metavar: str = "VALUE"
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("socket", "/run/pulsar-bruce/bruce.sock", str,
+           "UNIX datagram socket to receive on (ignored under socket activation)", "PATH"),
+    Option("socket_mode", "0660", parse_octal_mode, "permissions of the socket file", "OCTAL"),
+    Option("service_url", "pulsar://localhost:6650", parse_service_url,
+           "Pulsar service URL, pulsar:// or pulsar+ssl://", "URL"),
+    Option("metrics_listen", "127.0.0.1:9090", parse_listen,
+           "Prometheus /metrics address, or off", "HOST:PORT"),
+    Option("buffer_max_bytes", "256MiB", parse_size,
+           "memory for messages not yet acknowledged", "SIZE"),
+    Option("log_level", "info", parse_log_level, "debug, info, warning, error", "LEVEL"),
+    Option("max_message_bytes", "1MiB", parse_size,
+           "largest datagram accepted; larger ones are discarded as too_large", "SIZE"),
+    Option("batch_max_messages", 1000, _positive_int, "messages per batch at most", "N"),
+    Option("batch_max_bytes", "128KiB", parse_size, "bytes per batch at most", "SIZE"),
+    Option("batch_max_delay_ms", 10.0, _non_negative_number,
+           "longest a message waits for its batch to fill", "MS"),
+    Option("compression", "lz4", parse_compression, "batch compression: none, lz4, zlib", "NAME"),
+    Option("shutdown_timeout_s", 30.0, _non_negative_number,
+           "on SIGTERM/SIGINT, how long to wait for receipts before discarding", "SECONDS"),
+    Option("metadata_refresh_s", 60.0, _non_negative_number,
+           "how often partition counts are re-checked (0: never)", "SECONDS"),
+)  # fmt: skip
+OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    socket: str
+    socket_mode: int
+    service_url: str
+    metrics_listen: tuple[str, int] | None
+    buffer_max_bytes: int
+    log_level: str
+    max_message_bytes: int
+    batch_max_messages: int
+    batch_max_bytes: int
+    batch_max_delay_ms: float
+    compression: str
+    shutdown_timeout_s: float
+    metadata_refresh_s: float
+
+    @property
+    def log_level_number(self) -> int:
+        return int(logging.getLevelName(self.log_level.upper()))
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    try:
+        with Path(path).open("rb") as handle:
+            data = tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError(f"--config: cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"--config: {path} is not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - set(OPTIONS_BY_NAME))
+    if unknown:
+        raise ConfigError(f"--config: {path}: unknown key {unknown[0]!r}")
+    return data
+
+
+def load_config(
+    command_line: Mapping[str, Any], environ: Mapping[str, str], config_path: str | None = None
+) -> Config:
+    """Resolve every option from its highest-precedence source and validate it."""
+    file_values = _read_file(config_path) if config_path else {}
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        if command_line.get(option.name) is not None:
+            raw, source = command_line[option.name], option.flag
+        elif option.env in environ:
+            raw, source = environ[option.env], option.env
+        elif option.name in file_values:
+            raw, source = file_values[option.name], f"{config_path}: {option.name}"
+        else:
+            raw, source = option.default, f"default of {option.flag}"
+        try:
+            values[option.name] = option.parse(raw)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+    config = Config(**values)
+    _check_consistency(config)
+    return config
+
+
+def _check_consistency(config: Config) -> None:
+    if config.batch_max_bytes > config.buffer_max_bytes:
+        raise ConfigError("--batch-max-bytes: must not exceed --buffer-max-bytes")
+
+
+def config_field_names() -> list[str]:
+    return [f.name for f in fields(Config)]

@@ -1,0 +1,199 @@
+"""Connections by broker, topic lookups and partitioned-topic metadata.
+
+One connection per (broker address, proxy target) is shared by everything on
+that broker.  Lookups follow Pulsar's binary lookup protocol: ask the service
+URL, follow ``Redirect`` answers (carrying ``authoritative`` along) up to
+:data:`MAX_REDIRECTS` times, and honour ``proxy_through_service_url`` by
+connecting to the service URL with ``proxy_to_broker_url`` set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import ssl
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from pulsar_bruce.connection.broker_connection import BrokerConnection, ServerError, open_connection
+from pulsar_bruce.connection.protocol import ConnectionCore
+from pulsar_bruce.frame import commands
+from pulsar_bruce.frame import pulsar_api_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+MAX_REDIRECTS = 20
+_Lookup = pb.CommandLookupTopicResponse
+
+
+class TopicLookupError(Exception):
+    """A lookup or metadata request failed (retriable unless the error says otherwise)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerAddress:
+    """Where a topic's producer connects: a broker URL, possibly through a proxy."""
+
+    url: str
+    proxy_to: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceUrl:
+    """A parsed ``pulsar://host:port[,host:port...]`` or ``pulsar+ssl://...``."""
+
+    tls: bool
+    hosts: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def parse(cls, url: str) -> ServiceUrl:
+        scheme, sep, rest = url.partition("://")
+        if not sep or scheme not in ("pulsar", "pulsar+ssl"):
+            raise ValueError(f"expected pulsar:// or pulsar+ssl://, got {url!r}")
+        tls = scheme == "pulsar+ssl"
+        default_port = 6651 if tls else 6650
+        hosts = []
+        for part in rest.rstrip("/").split(","):
+            if not part:
+                raise ValueError(f"empty host in {url!r}")
+            parsed = urlsplit(f"//{part}")
+            if not parsed.hostname or parsed.path:
+                raise ValueError(f"bad host {part!r} in {url!r}")
+            hosts.append((parsed.hostname, parsed.port or default_port))
+        return cls(tls, tuple(hosts))
+
+    def url_for(self, host: str, port: int) -> str:
+        return f"{'pulsar+ssl' if self.tls else 'pulsar'}://{host}:{port}"
+
+
+class ConnectionPool:
+    """Shared broker connections plus the lookup and metadata requests that need them."""
+
+    def __init__(
+        self,
+        service_url: str,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        auth_method_name: str | None = None,
+        auth_data: bytes | None = None,
+    ):
+        self.service = ServiceUrl.parse(service_url)
+        self._service_hosts = itertools.cycle(self.service.hosts)
+        self._ssl_context = ssl_context
+        if self.service.tls and ssl_context is None:
+            self._ssl_context = ssl.create_default_context()
+        self._auth_method_name = auth_method_name
+        self._auth_data = auth_data
+        self._connections: dict[BrokerAddress, BrokerConnection] = {}
+        self._connecting: dict[BrokerAddress, asyncio.Task[BrokerConnection]] = {}
+
+    # -- connections --------------------------------------------------------------
+
+    def service_address(self) -> BrokerAddress:
+        host, port = next(self._service_hosts)
+        return BrokerAddress(self.service.url_for(host, port))
+
+    async def get(self, address: BrokerAddress) -> BrokerConnection:
+        """A usable connection to ``address``; concurrent callers share one attempt."""
+        existing = self._connections.get(address)
+        if existing is not None and existing.is_usable:
+            return existing
+        task = self._connecting.get(address)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._open(address))
+            self._connecting[address] = task
+        return await asyncio.shield(task)
+
+    async def _open(self, address: BrokerAddress) -> BrokerConnection:
+        try:
+            parsed = urlsplit(address.url)
+            host = parsed.hostname or ""
+            port = parsed.port or (6651 if self.service.tls else 6650)
+            core = ConnectionCore(
+                asyncio.get_running_loop().time(),
+                proxy_to_broker_url=address.proxy_to,
+                auth_method_name=self._auth_method_name,
+                auth_data=self._auth_data,
+            )
+            connection = await open_connection(
+                host, port, core, ssl_context=self._ssl_context, server_hostname=host
+            )
+            log.info(
+                "connected to %s%s (max message size %d)",
+                address.url,
+                f" via proxy for {address.proxy_to}" if address.proxy_to else "",
+                core.max_message_size,
+            )
+            self._connections[address] = connection
+            return connection
+        finally:
+            self._connecting.pop(address, None)
+
+    @property
+    def connections(self) -> list[BrokerConnection]:
+        return [c for c in self._connections.values() if c.is_usable]
+
+    def close_all(self) -> None:
+        for connection in self._connections.values():
+            connection.close()
+        self._connections.clear()
+
+    # -- lookups ----------------------------------------------------------------------
+
+    async def partition_count(self, topic: str) -> int:
+        """Number of partitions of ``topic`` (0: not partitioned)."""
+        connection = await self.get(self.service_address())
+        request_id = connection.next_request_id()
+        try:
+            response = await connection.request(
+                request_id, commands.partitioned_metadata(topic, request_id)
+            )
+        except ServerError as exc:
+            raise TopicLookupError(f"partitioned metadata for {topic}: {exc}") from exc
+        answer = response.partitionMetadataResponse
+        if answer.response == pb.CommandPartitionedTopicMetadataResponse.Failed:
+            raise TopicLookupError(
+                f"partitioned metadata for {topic}: "
+                f"{pb.ServerError.Name(answer.error)}: {answer.message}"
+            )
+        return int(answer.partitions)
+
+    async def lookup(self, topic: str) -> BrokerAddress:
+        """The broker that owns ``topic`` (a partition or non-partitioned topic)."""
+        target = self.service_address()
+        service = target
+        authoritative = False
+        for _ in range(MAX_REDIRECTS + 1):
+            connection = await self.get(target)
+            request_id = connection.next_request_id()
+            try:
+                response = await connection.request(
+                    request_id, commands.lookup(topic, request_id, authoritative)
+                )
+            except ServerError as exc:
+                raise TopicLookupError(f"lookup of {topic}: {exc}") from exc
+            answer = response.lookupTopicResponse
+            if answer.response == _Lookup.Failed:
+                raise TopicLookupError(
+                    f"lookup of {topic}: {pb.ServerError.Name(answer.error)}: {answer.message}"
+                )
+            broker_url = answer.brokerServiceUrlTls if self.service.tls else answer.brokerServiceUrl
+            if not broker_url:
+                raise TopicLookupError(f"lookup of {topic}: broker sent no service URL")
+            found = (
+                BrokerAddress(service.url, proxy_to=_host_port(broker_url))
+                if answer.proxy_through_service_url
+                else BrokerAddress(broker_url)
+            )
+            if answer.response == _Lookup.Connect:
+                return found
+            authoritative = answer.authoritative
+            target = found
+        raise TopicLookupError(f"lookup of {topic}: more than {MAX_REDIRECTS} redirects")
+
+
+def _host_port(url: str) -> str:
+    """``pulsar://h:p`` -> ``h:p`` (the form ``proxy_to_broker_url`` takes)."""
+    parsed = urlsplit(url)
+    return f"{parsed.hostname}:{parsed.port}"

@@ -1,0 +1,120 @@
+"""Builders for the commands a producer sends, returned as ready-to-write frames."""
+
+from __future__ import annotations
+
+from pulsar_bruce import __version__
+from pulsar_bruce.frame import pulsar_api_pb2 as pb
+from pulsar_bruce.frame.codec import encode_command, encode_payload_command
+
+#: What we announce in CommandConnect, as current official clients do.
+PROTOCOL_VERSION = pb.v20
+CLIENT_VERSION = f"pulsar-bruce-{__version__}"
+
+_Type = pb.BaseCommand
+
+
+def connect(
+    *,
+    proxy_to_broker_url: str | None = None,
+    auth_method_name: str | None = None,
+    auth_data: bytes | None = None,
+) -> bytes:
+    cmd = pb.BaseCommand(type=_Type.CONNECT)
+    c = cmd.connect
+    c.client_version = CLIENT_VERSION
+    c.protocol_version = PROTOCOL_VERSION
+    if proxy_to_broker_url:
+        c.proxy_to_broker_url = proxy_to_broker_url
+    if auth_method_name:
+        c.auth_method_name = auth_method_name
+        c.auth_data = auth_data or b""
+    c.feature_flags.supports_auth_refresh = True
+    return encode_command(cmd)
+
+
+def ping() -> bytes:
+    cmd = pb.BaseCommand(type=_Type.PING)
+    cmd.ping.SetInParent()
+    return encode_command(cmd)
+
+
+def pong() -> bytes:
+    cmd = pb.BaseCommand(type=_Type.PONG)
+    cmd.pong.SetInParent()
+    return encode_command(cmd)
+
+
+def partitioned_metadata(topic: str, request_id: int) -> bytes:
+    cmd = pb.BaseCommand(type=_Type.PARTITIONED_METADATA)
+    cmd.partitionMetadata.topic = topic
+    cmd.partitionMetadata.request_id = request_id
+    return encode_command(cmd)
+
+
+def lookup(topic: str, request_id: int, authoritative: bool) -> bytes:
+    cmd = pb.BaseCommand(type=_Type.LOOKUP)
+    cmd.lookupTopic.topic = topic
+    cmd.lookupTopic.request_id = request_id
+    cmd.lookupTopic.authoritative = authoritative
+    return encode_command(cmd)
+
+
+def producer(topic: str, producer_id: int, request_id: int, producer_name: str | None) -> bytes:
+    """Create (or re-create) a producer; a known name is passed back so it stays stable."""
+    cmd = pb.BaseCommand(type=_Type.PRODUCER)
+    p = cmd.producer
+    p.topic = topic
+    p.producer_id = producer_id
+    p.request_id = request_id
+    if producer_name:
+        p.producer_name = producer_name
+    return encode_command(cmd)
+
+
+def close_producer(producer_id: int, request_id: int) -> bytes:
+    cmd = pb.BaseCommand(type=_Type.CLOSE_PRODUCER)
+    cmd.close_producer.producer_id = producer_id
+    cmd.close_producer.request_id = request_id
+    return encode_command(cmd)
+
+
+def batch_metadata(
+    *,
+    producer_name: str,
+    sequence_id: int,
+    highest_sequence_id: int,
+    publish_time_ms: int,
+    num_messages: int,
+    compression: int,
+    uncompressed_size: int,
+) -> bytes:
+    """Serialized ``MessageMetadata`` for one batch of ``num_messages`` messages."""
+    md = pb.MessageMetadata(
+        producer_name=producer_name,
+        sequence_id=sequence_id,
+        publish_time=publish_time_ms,
+        num_messages_in_batch=num_messages,
+        highest_sequence_id=highest_sequence_id,
+    )
+    if compression:
+        md.compression = compression  # type: ignore[assignment]
+        md.uncompressed_size = uncompressed_size
+    return md.SerializeToString()
+
+
+def send(
+    *,
+    producer_id: int,
+    sequence_id: int,
+    highest_sequence_id: int,
+    num_messages: int,
+    metadata: bytes,
+    payload: bytes,
+) -> bytes:
+    cmd = pb.BaseCommand(type=_Type.SEND)
+    s = cmd.send
+    s.producer_id = producer_id
+    s.sequence_id = sequence_id
+    s.highest_sequence_id = highest_sequence_id
+    s.num_messages = num_messages
+    return encode_payload_command(cmd, metadata, payload)

@@ -1,0 +1,116 @@
+"""The UNIX datagram socket: creation, and draining it on every wake-up.
+
+Per datagram the reader does one ``recv_into`` into a preallocated buffer,
+one copy of the bytes actually received, and one call into the forwarder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import socket
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+#: Receive buffer we ask the kernel for; it caps it at net.core.rmem_max.
+_RCVBUF_BYTES = 8 * 1024 * 1024
+#: Datagrams handled per wake-up before yielding to timers and receipts.
+_MAX_PER_WAKEUP = 20_000
+
+
+class SocketInUseError(Exception):
+    """Another process is receiving on the socket path, or the path is not a socket."""
+
+
+def open_datagram_socket(path: str, mode: int) -> socket.socket:
+    """Bind a UNIX datagram socket at ``path`` with permissions ``mode``.
+
+    A stale socket file (nobody receiving) is removed; a live one, or a path
+    that is not a socket, makes us refuse to start.
+    """
+    target = Path(path)
+    _remove_stale_socket(target)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        # Bind under a restrictive umask so the file never exists with looser permissions.
+        old_umask = os.umask(0o777 & ~mode)
+        try:
+            sock.bind(path)
+        finally:
+            os.umask(old_umask)
+        os.chmod(path, mode)
+        sock.setblocking(False)
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RCVBUF_BYTES)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _remove_stale_socket(target: Path) -> None:
+    try:
+        info = target.lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(info.st_mode):
+        raise SocketInUseError(f"{target} exists and is not a socket; refusing to replace it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        probe.connect(str(target))
+    except OSError as exc:
+        if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
+            raise
+        target.unlink(missing_ok=True)
+        return
+    finally:
+        probe.close()
+    raise SocketInUseError(f"another process is receiving on {target}")
+
+
+class DatagramReader:
+    """Reads every queued datagram when the socket becomes readable."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        handle: Callable[[bytes], None],
+        after_drain: Callable[[], None],
+        max_datagram_bytes: int,
+    ):
+        self.sock = sock
+        self._handle = handle
+        self._after_drain = after_drain
+        # One byte more than the limit, so an oversized datagram is seen as such, not truncated.
+        self._buffer = bytearray(max_datagram_bytes + 1)
+        self._view = memoryview(self._buffer)
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self.sock.fileno(), self.drain)
+
+    def stop(self) -> None:
+        """Stop watching the socket (datagrams keep queueing in the kernel)."""
+        if self._loop is not None:
+            self._loop.remove_reader(self.sock.fileno())
+            self._loop = None
+
+    def drain(self) -> int:
+        """Handle every datagram queued right now (bounded per call); returns how many."""
+        recv_into = self.sock.recv_into
+        view = self._view
+        handle = self._handle
+        count = 0
+        try:
+            while count < _MAX_PER_WAKEUP:
+                size = recv_into(view)
+                handle(view[:size].tobytes())
+                count += 1
+        except (BlockingIOError, InterruptedError):
+            pass
+        self._after_drain()
+        return count

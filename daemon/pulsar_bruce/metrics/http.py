@@ -1,0 +1,70 @@
+"""A small HTTP server on the event loop for ``/metrics``.
+
+Serving from the loop (not prometheus-client's thread) means a scrape runs
+between datagrams, so the accounting identity holds in every scrape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+log = logging.getLogger(__name__)
+
+_MAX_REQUEST_HEAD = 8192
+
+
+class MetricsServer:
+    """``GET /metrics`` (Prometheus text format) and ``GET /`` (a pointer to it)."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int):
+        self.registry = registry
+        self.host = host
+        self.port = port
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        sockets = self._server.sockets
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
+            writer.close()
+            return
+        request_line = head[:_MAX_REQUEST_HEAD].split(b"\r\n", 1)[0].decode("latin-1")
+        parts = request_line.split()
+        method, path = (parts[0], parts[1].split("?", 1)[0]) if len(parts) >= 2 else ("", "")
+        if method not in ("GET", "HEAD"):
+            status, content_type, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
+        elif path == "/metrics":
+            status, content_type, body = (
+                "200 OK",
+                CONTENT_TYPE_LATEST,
+                generate_latest(self.registry),
+            )
+        elif path == "/":
+            status, content_type, body = "200 OK", "text/plain", b"pulsar-bruce: see /metrics\n"
+        else:
+            status, content_type, body = "404 Not Found", "text/plain", b"not found\n"
+        header = (
+            f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        ).encode("latin-1")
+        try:
+            writer.write(header if method == "HEAD" else header + body)
+            await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()

@@ -1,0 +1,124 @@
+"""Prometheus exposition of the daemon's counters.
+
+The hot path only bumps plain ints in :class:`Stats`; a custom collector turns
+them into metric families when ``/metrics`` is scraped (on the event loop, so
+a scrape never sees a half-processed datagram).  Per-topic families are capped
+at ``topic_label_limit`` topics to keep label cardinality bounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Histogram, disable_created_metrics
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from pulsar_bruce.metrics.stats import Stats
+from pulsar_bruce.route.router import Topic
+
+PREFIX = "pulsar_bruce"
+
+disable_created_metrics()  # type: ignore[no-untyped-call]  # the *_created samples only add noise to every scrape
+
+
+class Metrics:
+    """The registry plus the histograms observed once per batch."""
+
+    def __init__(
+        self,
+        stats: Stats,
+        topics: Callable[[], Iterable[Topic]],
+        connections: Callable[[], int],
+        topic_label_limit: int = 100,
+    ):
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_StatsCollector(stats, topics, connections, topic_label_limit))
+        self.batch_messages = Histogram(
+            f"{PREFIX}_batch_messages",
+            "Messages per batch sent to a broker",
+            buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000),
+            registry=self.registry,
+        )
+        self.send_latency = Histogram(
+            f"{PREFIX}_send_latency_seconds",
+            "Time from writing a batch to a broker until its SendReceipt",
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30),
+            registry=self.registry,
+        )
+
+
+class _StatsCollector:
+    def __init__(
+        self,
+        stats: Stats,
+        topics: Callable[[], Iterable[Topic]],
+        connections: Callable[[], int],
+        topic_label_limit: int,
+    ):
+        self._stats = stats
+        self._topics = topics
+        self._connections = connections
+        self._limit = topic_label_limit
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._stats
+        yield _counter("received", "Datagrams read from the socket(s), valid or not", s.received)
+        yield _counter("acked", "Messages the broker confirmed with a SendReceipt", s.acked)
+        discarded = CounterMetricFamily(
+            f"{PREFIX}_discarded", "Messages given up, by reason", labels=["reason"]
+        )
+        for reason, count in s.discarded.items():
+            discarded.add_metric([reason], count)
+        yield discarded
+        yield _gauge(
+            "buffered_messages",
+            "Messages received and valid, not yet acked or discarded",
+            s.buffered_messages,
+        )
+        yield _gauge("buffered_bytes", "Bytes held for buffered messages", s.buffered_bytes)
+        yield _counter(
+            "possible_duplicates",
+            "Messages resent after an unconfirmed send",
+            s.possible_duplicates,
+        )
+        yield _counter("batches_sent", "Batch frames written to brokers", s.batches_sent)
+        yield _gauge(
+            "broker_connections", "Open, handshaken broker connections", self._connections()
+        )
+        yield from self._per_topic()
+
+    def _per_topic(self) -> Iterator[Metric]:
+        acked = CounterMetricFamily(
+            f"{PREFIX}_topic_acked", "Messages acked, per topic", labels=["topic"]
+        )
+        discarded = CounterMetricFamily(
+            f"{PREFIX}_topic_discarded",
+            "Messages discarded, per topic and reason",
+            labels=["topic", "reason"],
+        )
+        buffered = GaugeMetricFamily(
+            f"{PREFIX}_topic_buffered_messages", "Messages buffered, per topic", labels=["topic"]
+        )
+        ready = GaugeMetricFamily(
+            f"{PREFIX}_topic_partitions_ready",
+            "Partitions whose producer is connected and ready, per topic",
+            labels=["topic"],
+        )
+        for index, topic in enumerate(self._topics()):
+            if index >= self._limit:
+                break
+            acked.add_metric([topic.name], topic.stats.acked)
+            for reason, count in topic.stats.discarded.items():
+                discarded.add_metric([topic.name, reason], count)
+            waiting = len(topic.unrouted) + sum(p.buffered_messages for p in topic.producers)
+            buffered.add_metric([topic.name], waiting)
+            ready.add_metric([topic.name], sum(1 for p in topic.producers if p.ready))
+        yield from (acked, discarded, buffered, ready)
+
+
+def _counter(name: str, documentation: str, value: int) -> CounterMetricFamily:
+    return CounterMetricFamily(f"{PREFIX}_{name}", documentation, value=value)
+
+
+def _gauge(name: str, documentation: str, value: int) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"{PREFIX}_{name}", documentation, value=value)

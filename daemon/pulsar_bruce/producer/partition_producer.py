@@ -1,0 +1,170 @@
+"""One Pulsar producer per (topic, partition): open batch, pending queue, receipts. Sans-IO.
+
+Modelled on pulsar-client-go's ``producer_partition.go``: sealed batches wait
+in one FIFO (``pending``); the first ``in_flight`` of them have been written to
+the current connection.  Receipts must match the head of the FIFO.  When the
+connection goes away every pending batch is written again, in order, before
+anything new (and counted as a possible duplicate if it had been sent before).
+
+Sequence ids are given to a batch the first time it is sent (the producer name
+and the broker's ``last_sequence_id`` are only known then) and never change, so
+a broker with deduplication drops resent copies.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from enum import Enum
+
+from pulsar_bruce.batch.batch_builder import BatchBuilder, SealedBatch
+from pulsar_bruce.batch.compression import Compressor
+from pulsar_bruce.frame import commands
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPolicy:
+    """When an open batch is sealed, and how it is compressed."""
+
+    max_messages: int = 1000
+    max_bytes: int = 128 * 1024
+    max_delay_s: float = 0.010
+    compression: int = 0
+    compressor: Compressor | None = None
+
+
+class ReceiptMatch(Enum):
+    ACKED = "acked"
+    #: A receipt for a batch we already consider done (an old duplicate): ignore it.
+    STALE = "stale"
+    #: A receipt that matches nothing we expect: the connection state is unknown, reconnect.
+    MISMATCH = "mismatch"
+
+
+class PartitionProducer:
+    """Batching and delivery state of one partition's producer."""
+
+    __slots__ = (
+        "batch",
+        "in_flight",
+        "name",
+        "next_sequence_id",
+        "partition",
+        "pending",
+        "policy",
+        "producer_id",
+        "ready",
+        "topic",
+    )
+
+    def __init__(self, topic: str, partition: int, producer_id: int, policy: BatchPolicy):
+        self.topic = topic  # the name the broker knows: ``...-partition-N`` or the topic itself
+        self.partition = partition
+        self.producer_id = producer_id
+        self.policy = policy
+        self.batch = BatchBuilder()
+        self.pending: deque[SealedBatch] = deque()
+        self.in_flight = 0
+        self.ready = False
+        self.name: str | None = None
+        self.next_sequence_id = 0
+
+    # -- batching -------------------------------------------------------------
+
+    def seal(self) -> SealedBatch | None:
+        """Close the open batch (if any) and queue it for sending."""
+        if self.batch.count == 0:
+            return None
+        sealed = self.batch.seal(self.policy.compression, self.policy.compressor)
+        self.pending.append(sealed)
+        return sealed
+
+    @property
+    def has_unsent(self) -> bool:
+        return self.ready and len(self.pending) > self.in_flight
+
+    # -- connection lifecycle -------------------------------------------------
+
+    def on_registered(self, name: str, last_sequence_id: int) -> None:
+        """The broker accepted the producer (``ProducerSuccess``)."""
+        self.name = name
+        if last_sequence_id + 1 > self.next_sequence_id:
+            self.next_sequence_id = last_sequence_id + 1
+        self.ready = True
+        self.in_flight = 0
+
+    def on_disconnected(self) -> None:
+        """The connection (or the broker's producer) is gone; everything pending goes again."""
+        self.ready = False
+        self.in_flight = 0
+
+    def frames_to_send(self, publish_time_ms: int) -> tuple[list[bytes], list[SealedBatch], int]:
+        """Frames for every pending batch not yet written on this connection.
+
+        Returns the frames, the batches they carry and how many messages in
+        them are resends of an unconfirmed send (possible duplicates).
+        """
+        if not self.ready:
+            return [], [], 0
+        name = self.name or ""
+        frames: list[bytes] = []
+        batches: list[SealedBatch] = []
+        resent_messages = 0
+        pending = self.pending
+        for index in range(self.in_flight, len(pending)):
+            batch = pending[index]
+            if batch.sequence_id < 0:
+                batch.sequence_id = self.next_sequence_id
+                self.next_sequence_id += batch.count
+                metadata = commands.batch_metadata(
+                    producer_name=name,
+                    sequence_id=batch.sequence_id,
+                    highest_sequence_id=batch.highest_sequence_id,
+                    publish_time_ms=publish_time_ms,
+                    num_messages=batch.count,
+                    compression=batch.compression,
+                    uncompressed_size=batch.uncompressed_size,
+                )
+                batch.frame = commands.send(
+                    producer_id=self.producer_id,
+                    sequence_id=batch.sequence_id,
+                    highest_sequence_id=batch.highest_sequence_id,
+                    num_messages=batch.count,
+                    metadata=metadata,
+                    payload=batch.payload,
+                )
+                batch.payload = b""  # the frame holds it now
+            elif batch.send_attempts:
+                resent_messages += batch.count
+            batch.send_attempts += 1
+            frames.append(batch.frame)
+            batches.append(batch)
+        self.in_flight = len(pending)
+        return frames, batches, resent_messages
+
+    # -- receipts -------------------------------------------------------------
+
+    def on_receipt(self, sequence_id: int) -> tuple[ReceiptMatch, SealedBatch | None]:
+        """Match a ``SendReceipt`` against the head of the in-flight queue."""
+        if self.in_flight == 0:
+            return ReceiptMatch.MISMATCH, None
+        head = self.pending[0]
+        if sequence_id == head.sequence_id:
+            self.pending.popleft()
+            self.in_flight -= 1
+            return ReceiptMatch.ACKED, head
+        if sequence_id < head.sequence_id:
+            return ReceiptMatch.STALE, None
+        return ReceiptMatch.MISMATCH, None
+
+    def take_all(self) -> list[SealedBatch]:
+        """Remove every batch (open and pending) for discarding; the producer is finished."""
+        self.seal()
+        batches = list(self.pending)
+        self.pending.clear()
+        self.in_flight = 0
+        return batches
+
+    @property
+    def buffered_messages(self) -> int:
+        return self.batch.count + sum(b.count for b in self.pending)

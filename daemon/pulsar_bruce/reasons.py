@@ -1,0 +1,27 @@
+"""Discard reasons: the stable ``reason`` label values of ``pulsar_bruce_discarded_total``."""
+
+from typing import Final
+
+MALFORMED: Final = "malformed"
+UNSUPPORTED_API_KEY: Final = "unsupported_api_key"
+UNSUPPORTED_VERSION: Final = "unsupported_version"
+TOO_LARGE: Final = "too_large"
+BAD_TOPIC: Final = "bad_topic"
+BUFFER_FULL: Final = "buffer_full"
+RATE_LIMITED: Final = "rate_limited"
+BROKER_REJECTED: Final = "broker_rejected"
+RETRIES_EXHAUSTED: Final = "retries_exhausted"
+SHUTDOWN: Final = "shutdown"
+
+ALL: Final = (
+    MALFORMED,
+    UNSUPPORTED_API_KEY,
+    UNSUPPORTED_VERSION,
+    TOO_LARGE,
+    BAD_TOPIC,
+    BUFFER_FULL,
+    RATE_LIMITED,
+    BROKER_REJECTED,
+    RETRIES_EXHAUSTED,
+    SHUTDOWN,
+)

@@ -1,0 +1,200 @@
+"""The per-datagram path and the message accounting, sans-IO.
+
+:meth:`Forwarder.handle_datagram` runs once per datagram: parse, find the
+topic, check the buffer limit, pick the partition, append to its open batch.
+Everything that needs I/O or a clock (topic metadata, linger timers, writing
+sealed batches) is handed to the edge through the :class:`ForwarderEvents`
+callbacks, once per topic or once per batch, never per message.
+
+Every message ends in exactly one of :meth:`on_acked` or :meth:`discard_batch`
+(or a discard here), which keeps the accounting identity
+``received = acked + discarded + buffered`` true between datagrams.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from pulsar_bruce import reasons
+from pulsar_bruce.batch.batch_builder import BatchBuilder, SealedBatch, encode_key_field
+from pulsar_bruce.metrics.stats import Stats
+from pulsar_bruce.parse.datagram import parse_datagram
+from pulsar_bruce.parse.topic import normalize_topic
+from pulsar_bruce.producer.partition_producer import PartitionProducer
+from pulsar_bruce.route.router import Topic
+
+#: Bad topic names remembered (so a flood of them costs one dict lookup each), at most.
+_BAD_TOPIC_CACHE_LIMIT = 1024
+
+
+class ForwarderEvents(Protocol):
+    """Callbacks into the I/O edge."""
+
+    def topic_added(self, topic: Topic) -> None:
+        """A topic seen for the first time: find its partition count, create producers."""
+
+    def batch_opened(self, producer: PartitionProducer) -> None:
+        """The first message went into an empty batch: arm its linger timer."""
+
+    def batch_sealed(self, producer: PartitionProducer) -> None:
+        """A batch was sealed because it is full: write it out soon."""
+
+
+class Forwarder:
+    """Topics, routing, batching and accounting for every message the daemon accepts."""
+
+    def __init__(
+        self,
+        stats: Stats,
+        events: ForwarderEvents,
+        *,
+        buffer_max_bytes: int,
+        max_message_bytes: int,
+    ):
+        self.stats = stats
+        self.events = events
+        self.buffer_max_bytes = buffer_max_bytes
+        self.max_message_bytes = max_message_bytes
+        #: Keyed by the topic bytes exactly as senders write them.
+        self.topics: dict[bytes, Topic] = {}
+        #: Keyed by full Pulsar name, so ``t`` and ``persistent://public/default/t`` share one.
+        self.topics_by_name: dict[str, Topic] = {}
+        self._bad_topics: set[bytes] = set()
+
+    # -- the hot path -------------------------------------------------------------
+
+    def handle_datagram(self, data: bytes) -> None:
+        stats = self.stats
+        stats.received += 1
+        if len(data) > self.max_message_bytes:
+            stats.discard(reasons.TOO_LARGE)
+            return
+        parsed = parse_datagram(data)
+        if isinstance(parsed, str):
+            stats.discard(parsed)
+            return
+        topic_bytes, partition_key, timestamp, key, value_offset = parsed
+        topic = self.topics.get(topic_bytes)
+        if topic is None:
+            topic = self._add_topic(topic_bytes)
+            if topic is None:
+                stats.discard(reasons.BAD_TOPIC)
+                return
+        key_field = encode_key_field(key) if key else b""
+        size = BatchBuilder.entry_size(key_field, len(data) - value_offset)
+        if stats.buffered_bytes + size > self.buffer_max_bytes:
+            stats.discard(reasons.BUFFER_FULL)
+            topic.stats.discard(reasons.BUFFER_FULL, 1)
+            return
+        if not topic.producers:
+            topic.unrouted.append((key_field, timestamp, data, value_offset, partition_key))
+            stats.buffered_messages += 1
+            stats.buffered_bytes += size
+            return
+        producer = topic.choose_any() if partition_key < 0 else topic.choose_keyed(partition_key)
+        self._append(producer, key_field, timestamp, data, value_offset, size)
+
+    def _append(
+        self,
+        producer: PartitionProducer,
+        key_field: bytes,
+        timestamp: int,
+        data: bytes,
+        value_offset: int,
+        size: int,
+    ) -> None:
+        batch = producer.batch
+        policy = producer.policy
+        if batch.count and len(batch.buffer) + size > policy.max_bytes:
+            producer.seal()
+            self.events.batch_sealed(producer)
+        before = len(batch.buffer)
+        after = batch.append(key_field, timestamp, data, value_offset)
+        stats = self.stats
+        stats.buffered_messages += 1
+        stats.buffered_bytes += after - before
+        if batch.count == 1:
+            self.events.batch_opened(producer)
+        if batch.count >= policy.max_messages or after >= policy.max_bytes:
+            producer.seal()
+            self.events.batch_sealed(producer)
+
+    # -- topics -------------------------------------------------------------------------
+
+    def _add_topic(self, topic_bytes: bytes) -> Topic | None:
+        if topic_bytes in self._bad_topics:
+            return None
+        name = normalize_topic(topic_bytes)
+        if name is None:
+            if len(self._bad_topics) >= _BAD_TOPIC_CACHE_LIMIT:
+                self._bad_topics.clear()
+            self._bad_topics.add(topic_bytes)
+            return None
+        topic = self.topics_by_name.get(name)
+        if topic is None:
+            topic = Topic(name)
+            self.topics_by_name[name] = topic
+            self.topics[topic_bytes] = topic
+            self.events.topic_added(topic)
+        else:
+            self.topics[topic_bytes] = topic
+        return topic
+
+    def add_producers(
+        self, topic: Topic, new_producers: list[PartitionProducer], *, partitioned: bool
+    ) -> None:
+        """The partition count is known (or grew): attach producers, route waiting messages."""
+        topic.partitioned = partitioned
+        topic.producers.extend(new_producers)
+        waiting, topic.unrouted = topic.unrouted, []
+        stats = self.stats
+        for key_field, timestamp, data, value_offset, partition_key in waiting:
+            size = BatchBuilder.entry_size(key_field, len(data) - value_offset)
+            stats.buffered_messages -= 1
+            stats.buffered_bytes -= size
+            producer = (
+                topic.choose_any() if partition_key < 0 else topic.choose_keyed(partition_key)
+            )
+            self._append(producer, key_field, timestamp, data, value_offset, size)
+
+    # -- outcomes -------------------------------------------------------------------------
+
+    def on_acked(self, topic: Topic, batch: SealedBatch) -> None:
+        stats = self.stats
+        stats.acked += batch.count
+        stats.buffered_messages -= batch.count
+        stats.buffered_bytes -= batch.buffer_bytes
+        topic.stats.acked += batch.count
+
+    def discard_batch(self, topic: Topic, batch: SealedBatch, reason: str) -> None:
+        stats = self.stats
+        stats.discard(reason, batch.count)
+        stats.buffered_messages -= batch.count
+        stats.buffered_bytes -= batch.buffer_bytes
+        topic.stats.discard(reason, batch.count)
+
+    def discard_everything(self, reason: str) -> int:
+        """Shutdown: give up every buffered message; returns how many."""
+        total = 0
+        for topic in self.topics_by_name.values():
+            for producer in topic.producers:
+                for batch in producer.take_all():
+                    self.discard_batch(topic, batch, reason)
+                    total += batch.count
+            if topic.unrouted:
+                count = len(topic.unrouted)
+                total += count
+                self.stats.discard(reason, count)
+                self.stats.buffered_messages -= count
+                topic.stats.discard(reason, count)
+                topic.unrouted.clear()
+        self.stats.buffered_bytes = 0
+        return total
+
+    def seal_all(self, on_sealed: Callable[[PartitionProducer], None]) -> None:
+        """Seal every open batch (shutdown flush)."""
+        for topic in self.topics_by_name.values():
+            for producer in topic.producers:
+                if producer.seal() is not None:
+                    on_sealed(producer)

@@ -1,0 +1,64 @@
+"""Partition choice for one topic, sans-IO.
+
+AnyPartition: round-robin over the available partitions, switching once per
+batch (the current partition is kept until its open batch has been sealed).
+PartitionKey: ``key % N``; if that partition's producer is not ready, the next
+ready one (``+1, +2, ...`` wrapping); the first choice again as soon as it is
+ready.  When no partition is ready, messages wait on the first choice.
+"""
+
+from __future__ import annotations
+
+from pulsar_bruce.metrics.stats import TopicStats
+from pulsar_bruce.producer.partition_producer import PartitionProducer
+
+#: A message waiting for the topic's partition count: (key field, timestamp, datagram,
+#: value offset, partition key or -1).
+Unrouted = tuple[bytes, int, bytes, int, int]
+
+
+class Topic:
+    """A topic's producers (one per partition) and its routing state."""
+
+    __slots__ = ("_round_robin", "name", "partitioned", "producers", "stats", "unrouted")
+
+    def __init__(self, name: str):
+        self.name = name
+        #: Empty until the partition count is known; one producer for a non-partitioned topic.
+        self.producers: list[PartitionProducer] = []
+        self.partitioned = False
+        #: Messages that arrived before the partition count was known.
+        self.unrouted: list[Unrouted] = []
+        self.stats = TopicStats()
+        self._round_robin = -1
+
+    def choose_any(self) -> PartitionProducer:
+        """AnyPartition: stay on the current partition until its batch is sealed."""
+        producers = self.producers
+        index = self._round_robin
+        if index >= 0:
+            current = producers[index]
+            if current.batch.count and current.ready:
+                return current
+        count = len(producers)
+        for step in range(1, count + 1):
+            candidate = (index + step) % count
+            if producers[candidate].ready:
+                self._round_robin = candidate
+                return producers[candidate]
+        self._round_robin = (index + 1) % count
+        return producers[self._round_robin]
+
+    def choose_keyed(self, partition_key: int) -> PartitionProducer:
+        """PartitionKey: ``key % N`` with failover to the next ready partition."""
+        producers = self.producers
+        count = len(producers)
+        first = partition_key % count
+        producer = producers[first]
+        if producer.ready:
+            return producer
+        for step in range(1, count):
+            candidate = producers[(first + step) % count]
+            if candidate.ready:
+                return candidate
+        return producer

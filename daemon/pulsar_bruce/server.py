@@ -1,0 +1,236 @@
+"""The daemon: startup, main loop, graceful shutdown (in the manner of uvicorn's server.py).
+
+Startup opens the metrics endpoint and the datagram socket, then reads until
+SIGTERM or SIGINT.  Shutdown stops reading, drains what is already queued in
+the socket, seals and writes every batch, waits for receipts up to
+``shutdown_timeout_s``, discards the rest as ``shutdown`` and returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import signal
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from pulsar_bruce import reasons
+from pulsar_bruce.batch.compression import CODECS
+from pulsar_bruce.config import Config
+from pulsar_bruce.connection.broker_connection import ConnectionClosedError, ServerError
+from pulsar_bruce.connection.pool import ConnectionPool, TopicLookupError
+from pulsar_bruce.input.socket_reader import DatagramReader, open_datagram_socket
+from pulsar_bruce.metrics.http import MetricsServer
+from pulsar_bruce.metrics.registry import Metrics
+from pulsar_bruce.metrics.stats import Stats
+from pulsar_bruce.parse.topic import is_partition_name, partition_name
+from pulsar_bruce.producer.backoff import Backoff
+from pulsar_bruce.producer.driver import ProducerDriver
+from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
+from pulsar_bruce.route.forwarder import Forwarder
+from pulsar_bruce.route.router import Topic
+
+log = logging.getLogger(__name__)
+
+_SHUTDOWN_POLL_S = 0.02
+
+
+class Server:
+    """Owns every part of a running daemon; :meth:`serve` runs it until a stop signal."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.stats = Stats()
+        compression, compressor = CODECS[config.compression]
+        self.policy = BatchPolicy(
+            max_messages=config.batch_max_messages,
+            max_bytes=config.batch_max_bytes,
+            max_delay_s=config.batch_max_delay_ms / 1000.0,
+            compression=compression,
+            compressor=compressor,
+        )
+        self.forwarder = Forwarder(
+            self.stats,
+            self,
+            buffer_max_bytes=config.buffer_max_bytes,
+            max_message_bytes=config.max_message_bytes,
+        )
+        self.pool = ConnectionPool(config.service_url)
+        self.metrics = Metrics(
+            self.stats,
+            lambda: self.forwarder.topics_by_name.values(),
+            lambda: len(self.pool.connections),
+        )
+        self.drivers: dict[int, ProducerDriver] = {}
+        self._dirty: set[ProducerDriver] = set()
+        self._producer_ids = itertools.count(1)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stop = asyncio.Event()
+        self.reader: DatagramReader | None = None
+        self.metrics_server: MetricsServer | None = None
+        self.started = asyncio.Event()
+
+    # -- main loop ------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.request_stop, signum)
+        if self.config.metrics_listen is not None:
+            host, port = self.config.metrics_listen
+            self.metrics_server = MetricsServer(self.metrics.registry, host, port)
+            await self.metrics_server.start()
+        Path(self.config.socket).parent.mkdir(parents=True, exist_ok=True)
+        sock = open_datagram_socket(self.config.socket, self.config.socket_mode)
+        self.reader = DatagramReader(
+            sock, self.forwarder.handle_datagram, self._flush_dirty, self.config.max_message_bytes
+        )
+        self.reader.start()
+        if self.config.metadata_refresh_s > 0:
+            self._spawn(self._refresh_metadata_periodically())
+        log.info(
+            "pulsar-bruce receiving on %s, forwarding to %s, metrics on %s",
+            self.config.socket,
+            self.config.service_url,
+            "{}:{}".format(*self.config.metrics_listen) if self.config.metrics_listen else "off",
+        )
+        self.started.set()
+        await self._stop.wait()
+        await self.shutdown()
+
+    def request_stop(self, signum: int | None = None) -> None:
+        if signum is not None and not self._stop.is_set():
+            log.info("received %s, shutting down", signal.Signals(signum).name)
+        self._stop.set()
+
+    async def shutdown(self) -> None:
+        reader = self.reader
+        if reader is not None:
+            reader.stop()
+            while reader.drain():
+                pass  # what senders queued before we stopped is ours to deliver
+            reader.sock.close()
+            with contextlib.suppress(OSError):
+                Path(self.config.socket).unlink()
+        self.forwarder.seal_all(self.batch_sealed)
+        self._flush_dirty()
+        deadline = time.monotonic() + self.config.shutdown_timeout_s
+        while self.stats.buffered_messages and time.monotonic() < deadline:
+            await asyncio.sleep(_SHUTDOWN_POLL_S)
+        left = self.forwarder.discard_everything(reasons.SHUTDOWN)
+        if left:
+            log.warning("shutdown timeout: discarded %d unacknowledged messages", left)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*(driver.stop() for driver in self.drivers.values()))
+        self.pool.close_all()
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
+        log.info(
+            "stopped: received %d, acked %d, discarded %d",
+            self.stats.received,
+            self.stats.acked,
+            sum(self.stats.discarded.values()),
+        )
+
+    # -- ForwarderEvents -------------------------------------------------------------
+
+    def topic_added(self, topic: Topic) -> None:
+        self._spawn(self._resolve_partitions(topic))
+
+    def batch_opened(self, producer: PartitionProducer) -> None:
+        self.drivers[producer.producer_id].arm_linger()
+
+    def batch_sealed(self, producer: PartitionProducer) -> None:
+        self._dirty.add(self.drivers[producer.producer_id])
+
+    def _flush_dirty(self) -> None:
+        """After a socket drain: write the batches that filled up during it."""
+        if self._dirty:
+            for driver in self._dirty:
+                driver.flush()
+            self._dirty.clear()
+
+    # -- topics and producers ---------------------------------------------------------
+
+    async def _resolve_partitions(self, topic: Topic) -> None:
+        """Find the partition count (retrying with backoff) and start the producers."""
+        backoff = Backoff()
+        while True:
+            try:
+                count = await self._partition_count(topic.name)
+                break
+            except (
+                TopicLookupError,
+                ConnectionClosedError,
+                ServerError,
+                OSError,
+                TimeoutError,
+            ) as exc:
+                delay = backoff.next_delay()
+                log.warning(
+                    "partition count of %s unknown (%s); retrying in %.1f s", topic.name, exc, delay
+                )
+                await asyncio.sleep(delay)
+        self._grow(topic, count)
+
+    async def _partition_count(self, name: str) -> int:
+        # A "-partition-N" name is one partition, addressed directly.
+        return 0 if is_partition_name(name) else await self.pool.partition_count(name)
+
+    def _grow(self, topic: Topic, count: int) -> None:
+        """Attach producers for partitions ``len(topic.producers) .. count-1``."""
+        if count == 0:
+            if topic.producers:
+                return
+            names = [topic.name]
+        else:
+            if topic.producers and not topic.partitioned:
+                log.warning(
+                    "%s became partitioned; keeping its non-partitioned producer", topic.name
+                )
+                return
+            names = [partition_name(topic.name, i) for i in range(len(topic.producers), count)]
+            if not names:
+                return
+            if topic.producers:
+                log.info("%s grew to %d partitions", topic.name, count)
+        new = []
+        for index, name in enumerate(names, start=len(topic.producers)):
+            producer = PartitionProducer(name, index, next(self._producer_ids), self.policy)
+            driver = ProducerDriver(producer, topic, self.pool, self.forwarder, self.metrics)
+            self.drivers[producer.producer_id] = driver
+            new.append(producer)
+        self.forwarder.add_producers(topic, new, partitioned=count > 0)
+        for producer in new:
+            self.drivers[producer.producer_id].start()
+        self._flush_dirty()
+
+    async def _refresh_metadata_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.metadata_refresh_s)
+            for topic in list(self.forwarder.topics_by_name.values()):
+                if not topic.partitioned:
+                    continue
+                try:
+                    count = await self._partition_count(topic.name)
+                except (
+                    TopicLookupError,
+                    ConnectionClosedError,
+                    ServerError,
+                    OSError,
+                    TimeoutError,
+                ):
+                    continue
+                if count > len(topic.producers):
+                    self._grow(topic, count)
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
