@@ -24,7 +24,7 @@ unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check daemon client_lib tests bench examples
+	$(BIN)/ruff check daemon client_lib tests examples $(wildcard bench)
 	$(BIN)/mypy daemon/pulsar_bruce client_lib/to_pulsar
 
 ## proto: regenerate daemon/pulsar_bruce/frame/pulsar_api_pb2.py(i) from proto/
