@@ -60,7 +60,7 @@ def _port_open(port: int) -> bool:
 class Broker:
     """A pulsar-lite process on a free port with its own data dir; restartable on the same port."""
 
-    def __init__(self, workdir: Path, partitions: int):
+    def __init__(self, workdir: Path, partitions: int, extra_config: str = ""):
         from pulsar_lite.binary_finder import find_pulsar_lite_binary
 
         self.binary = find_pulsar_lite_binary()
@@ -71,7 +71,7 @@ class Broker:
         self.process: subprocess.Popen[bytes] | None = None
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "pulsar-lite.toml").write_text(
-            f"default_partitions = {partitions}\n\n[metrics]\nenabled = false\n"
+            f"default_partitions = {partitions}\n{extra_config}\n[metrics]\nenabled = false\n"
         )
 
     def start(self) -> None:

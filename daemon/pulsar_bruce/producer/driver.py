@@ -14,6 +14,7 @@ import contextlib
 import logging
 import time
 
+from pulsar_bruce import reasons
 from pulsar_bruce.connection.broker_connection import (
     BrokerConnection,
     ConnectionClosedError,
@@ -29,6 +30,20 @@ from pulsar_bruce.route.forwarder import Forwarder
 from pulsar_bruce.route.router import Topic
 
 log = logging.getLogger(__name__)
+
+#: SendError codes that no resend can cure: the batch is discarded as ``broker_rejected``.
+PERMANENT_SEND_ERRORS = frozenset(
+    {
+        pb.NotAllowedError,
+        pb.TopicTerminatedError,
+        pb.ProducerFenced,
+        pb.AuthorizationError,
+        pb.AuthenticationError,
+        pb.TopicNotFound,
+        pb.IncompatibleSchema,
+        pb.InvalidTopicName,
+    }
+)
 
 
 class ProducerDriver:
@@ -150,17 +165,27 @@ class ProducerDriver:
         connection = self.connection
         if connection is None or not self.producer.has_unsent:
             return
-        frames, batches, resent = self.producer.frames_to_send(time.time_ns() // 1_000_000)
-        if resent:
-            self.forwarder.stats.possible_duplicates += resent
+        out = self.producer.frames_to_send(
+            time.time_ns() // 1_000_000, connection.core.max_message_size
+        )
+        for batch in out.rejected:
+            log.warning(
+                "%s: batch of %d messages exceeds the broker's max message size %d; discarded",
+                self.producer.topic,
+                batch.count,
+                connection.core.max_message_size,
+            )
+            self.forwarder.discard_batch(self.topic, batch, reasons.TOO_LARGE)
+        stats = self.forwarder.stats
+        stats.possible_duplicates += out.resent_messages
+        stats.batches_sent += len(out.frames)
         now = time.monotonic()
         observe_batch = self.metrics.batch_messages.observe
-        for batch in batches:
+        for batch in out.batches:
             batch.sent_at = now
             if batch.send_attempts == 1:
                 observe_batch(batch.count)
-        self.forwarder.stats.batches_sent += len(frames)
-        connection.writelines(frames)
+        connection.writelines(out.frames)
 
     # -- ProducerListener -------------------------------------------------------------
 
@@ -176,15 +201,23 @@ class ProducerDriver:
             )
 
     def on_send_error(self, error: pb.CommandSendError) -> None:
+        """A permanent error rejects the batch it names; any error resends the rest afresh."""
+        error_name = pb.ServerError.Name(error.error)
+        rejected = None
+        if error.error in PERMANENT_SEND_ERRORS:
+            rejected = self.producer.reject_head(error.sequence_id)
+        if rejected is not None:
+            self.forwarder.discard_batch(self.topic, rejected, reasons.BROKER_REJECTED)
         log.warning(
-            "send error on %s (sequence id %d): %s %s",
+            "send error on %s (sequence id %d): %s %s; %s",
             self.producer.topic,
             error.sequence_id,
-            pb.ServerError.Name(error.error),
+            error_name,
             error.message,
+            f"{rejected.count} messages discarded" if rejected else "will resend",
         )
         if self.connection is not None:
-            self.connection.abort("send error; resending on a new connection")
+            self.connection.abort(f"{error_name}; resending the rest on a new connection")
 
     def on_close_producer(self) -> None:
         log.info("broker closed the producer for %s", self.producer.topic)

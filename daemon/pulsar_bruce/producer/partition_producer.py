@@ -14,12 +14,16 @@ a broker with deduplication drops resent copies.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from pulsar_bruce.batch.batch_builder import BatchBuilder, SealedBatch
 from pulsar_bruce.batch.compression import Compressor
 from pulsar_bruce.frame import commands
+from pulsar_bruce.frame.codec import DEFAULT_MAX_MESSAGE_SIZE
+
+#: Bytes a Send frame adds around the batch payload (command + metadata), generously.
+SEND_FRAME_OVERHEAD = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +35,18 @@ class BatchPolicy:
     max_delay_s: float = 0.010
     compression: int = 0
     compressor: Compressor | None = None
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """What :meth:`PartitionProducer.frames_to_send` hands the I/O edge."""
+
+    frames: list[bytes] = field(default_factory=list)
+    batches: list[SealedBatch] = field(default_factory=list)
+    #: Messages in ``batches`` that had been sent before (possible duplicates).
+    resent_messages: int = 0
+    #: Batches too large for the broker, removed from the queue: discard them.
+    rejected: list[SealedBatch] = field(default_factory=list)
 
 
 class ReceiptMatch(Enum):
@@ -98,19 +114,29 @@ class PartitionProducer:
         self.ready = False
         self.in_flight = 0
 
-    def frames_to_send(self, publish_time_ms: int) -> tuple[list[bytes], list[SealedBatch], int]:
+    def frames_to_send(
+        self, publish_time_ms: int, max_frame_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    ) -> Outgoing:
         """Frames for every pending batch not yet written on this connection.
 
-        Returns the frames, the batches they carry and how many messages in
-        them are resends of an unconfirmed send (possible duplicates).
+        A batch that would make a frame larger than ``max_frame_size`` (the
+        broker's negotiated ``max_message_size``) is never sent: it is taken
+        out and returned in ``rejected`` for the caller to discard.
         """
+        out = Outgoing()
         if not self.ready:
-            return [], [], 0
+            return out
         name = self.name or ""
-        frames: list[bytes] = []
-        batches: list[SealedBatch] = []
+        frames = out.frames
+        batches = out.batches
         resent_messages = 0
         pending = self.pending
+        limit = max_frame_size - SEND_FRAME_OVERHEAD
+        for index in range(len(pending) - 1, self.in_flight - 1, -1):
+            batch = pending[index]
+            if batch.sequence_id < 0 and len(batch.payload) > limit:
+                del pending[index]
+                out.rejected.append(batch)
         for index in range(self.in_flight, len(pending)):
             batch = pending[index]
             if batch.sequence_id < 0:
@@ -140,7 +166,8 @@ class PartitionProducer:
             frames.append(batch.frame)
             batches.append(batch)
         self.in_flight = len(pending)
-        return frames, batches, resent_messages
+        out.resent_messages = resent_messages
+        return out
 
     # -- receipts -------------------------------------------------------------
 
@@ -156,6 +183,13 @@ class PartitionProducer:
         if sequence_id < head.sequence_id:
             return ReceiptMatch.STALE, None
         return ReceiptMatch.MISMATCH, None
+
+    def reject_head(self, sequence_id: int) -> SealedBatch | None:
+        """Remove the in-flight head batch if it is the one ``sequence_id`` names."""
+        if self.in_flight and self.pending[0].sequence_id == sequence_id:
+            self.in_flight -= 1
+            return self.pending.popleft()
+        return None
 
     def take_all(self) -> list[SealedBatch]:
         """Remove every batch (open and pending) for discarding; the producer is finished."""
