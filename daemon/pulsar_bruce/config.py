@@ -9,10 +9,11 @@ An invalid value raises :class:`ConfigError` with one line naming the option.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,8 @@ _SIZE_UNITS = {
 
 def parse_size(text: str | int) -> int:
     """``256MiB``, ``128KiB``, ``10MB``, ``4096`` -> bytes."""
+    if isinstance(text, bool):
+        raise ValueError(f"expected a size like 256MiB or 65536, got {text!r}")
     if isinstance(text, int):
         value = text
     else:
@@ -50,12 +53,14 @@ def parse_size(text: str | int) -> int:
 
 
 def parse_octal_mode(text: str | int) -> int:
-    if isinstance(text, int):
-        text = str(text)
-    try:
-        mode = int(text, 8)
-    except ValueError:
-        raise ValueError(f"expected an octal mode like 0660, got {text!r}") from None
+    """``"0660"`` (octal text) or, from TOML, an integer such as ``0o660``."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        mode = text
+    else:
+        try:
+            mode = int(_text(text), 8)
+        except ValueError:
+            raise ValueError(f"expected an octal mode like 0660, got {text!r}") from None
     if not 0 <= mode <= 0o777:
         raise ValueError(f"expected an octal mode between 0000 and 0777, got {text!r}")
     return mode
@@ -63,7 +68,7 @@ def parse_octal_mode(text: str | int) -> int:
 
 def parse_listen(text: str) -> tuple[str, int] | None:
     """``HOST:PORT`` or ``off``."""
-    if text.strip().lower() == "off":
+    if _text(text).strip().lower() == "off":
         return None
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -72,25 +77,41 @@ def parse_listen(text: str) -> tuple[str, int] | None:
 
 
 def parse_service_url(text: str) -> str:
-    ServiceUrl.parse(text)
+    ServiceUrl.parse(_text(text))
     return text
 
 
 def parse_log_level(text: str) -> str:
-    level = text.strip().lower()
+    level = _text(text).strip().lower()
     if level not in ("debug", "info", "warning", "error", "critical"):
         raise ValueError(f"expected debug, info, warning, error or critical, got {text!r}")
     return level
 
 
 def parse_compression(text: str) -> str:
-    name = text.strip().lower()
+    name = _text(text).strip().lower()
     if name not in CODECS:
         raise ValueError(f"expected one of {', '.join(CODECS)}, got {text!r}")
     return name
 
 
+def _text(value: object) -> str:
+    """String options must be strings (TOML could hand us a number or a list)."""
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value
+
+
+def _path(value: object) -> str:
+    path = _text(value)
+    if not path:
+        raise ValueError("expected a path, got an empty string")
+    return path
+
+
 def _positive_int(text: str | int) -> int:
+    if isinstance(text, bool) or not isinstance(text, int | str):
+        raise ValueError(f"expected a positive integer, got {text!r}")
     value = int(text)
     if value <= 0:
         raise ValueError(f"expected a positive integer, got {text!r}")
@@ -98,8 +119,10 @@ def _positive_int(text: str | int) -> int:
 
 
 def _non_negative_number(text: str | float) -> float:
+    if isinstance(text, bool) or not isinstance(text, int | float | str):
+        raise ValueError(f"expected a non-negative number, got {text!r}")
     value = float(text)
-    if value < 0:
+    if not math.isfinite(value) or value < 0:
         raise ValueError(f"expected a non-negative number, got {text!r}")
     return value
 
@@ -122,7 +145,7 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("socket", "/run/pulsar-bruce/bruce.sock", str,
+    Option("socket", "/run/pulsar-bruce/bruce.sock", _path,
            "UNIX datagram socket to receive on (ignored under socket activation)", "PATH"),
     Option("socket_mode", "0660", parse_octal_mode, "permissions of the socket file", "OCTAL"),
     Option("service_url", "pulsar://localhost:6650", parse_service_url,
@@ -209,7 +232,3 @@ def load_config(
 def _check_consistency(config: Config) -> None:
     if config.batch_max_bytes > config.buffer_max_bytes:
         raise ConfigError("--batch-max-bytes: must not exceed --buffer-max-bytes")
-
-
-def config_field_names() -> list[str]:
-    return [f.name for f in fields(Config)]

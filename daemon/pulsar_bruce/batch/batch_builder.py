@@ -13,7 +13,7 @@ import base64
 import struct
 from dataclasses import dataclass
 
-from pulsar_bruce.batch.compression import Compressor
+from pulsar_bruce.frame import pulsar_api_pb2 as pb
 
 _U32 = struct.Struct(">I")
 
@@ -52,12 +52,16 @@ def encode_key_field(key: bytes) -> bytes:
 
 @dataclass(slots=True, eq=False)
 class SealedBatch:
-    """A closed batch waiting for its receipt.  Sequence ids and frame are set when first sent."""
+    """A closed batch waiting for its receipt.
+
+    Until it is first sent, ``payload`` is the uncompressed run of entries (so
+    a batch too large for the broker can still be split); at first send it is
+    compressed, given its sequence ids and framed, and the frame is kept for
+    resends.
+    """
 
     count: int
     payload: bytes
-    uncompressed_size: int
-    compression: int
     #: Bytes charged against ``--buffer-max-bytes`` until the batch is acked or discarded.
     buffer_bytes: int
     sequence_id: int = -1
@@ -108,17 +112,34 @@ class BatchBuilder:
         """Upper bound of the bytes one message adds (for limit checks before appending)."""
         return 4 + len(key_field) + 1 + 5 + 11 + value_size
 
-    def seal(self, compression: int, compressor: Compressor | None) -> SealedBatch:
-        """Close the batch: compress once and reset for the next one."""
+    def seal(self) -> SealedBatch:
+        """Close the batch and reset for the next one (compression happens at first send)."""
         raw = bytes(self.buffer)
-        payload = compressor(raw) if compressor is not None else raw
-        batch = SealedBatch(
-            count=self.count,
-            payload=payload,
-            uncompressed_size=len(raw),
-            compression=compression,
-            buffer_bytes=len(raw),
-        )
+        batch = SealedBatch(count=self.count, payload=raw, buffer_bytes=len(raw))
         self.buffer = bytearray()
         self.count = 0
         return batch
+
+
+def entry_offsets(raw: bytes) -> list[int]:
+    """Start offset of every entry of an uncompressed batch payload (rare path: splitting)."""
+    offsets = []
+    offset = 0
+    while offset < len(raw):
+        offsets.append(offset)
+        (metadata_size,) = _U32.unpack_from(raw, offset)
+        metadata = pb.SingleMessageMetadata.FromString(raw[offset + 4 : offset + 4 + metadata_size])
+        offset += 4 + metadata_size + metadata.payload_size
+    return offsets
+
+
+def split_batch(batch: SealedBatch) -> tuple[SealedBatch, SealedBatch]:
+    """Two halves (by message) of an unsent, uncompressed batch of two or more messages."""
+    raw = batch.payload
+    offsets = entry_offsets(raw)
+    half = len(offsets) // 2
+    cut = offsets[half]
+    return (
+        SealedBatch(count=half, payload=raw[:cut], buffer_bytes=cut),
+        SealedBatch(count=len(offsets) - half, payload=raw[cut:], buffer_bytes=len(raw) - cut),
+    )

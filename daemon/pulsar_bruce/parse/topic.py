@@ -11,7 +11,7 @@ _DOMAINS = ("persistent", "non-persistent")
 # Pulsar's rule for tenant and namespace names.
 _NAMED_ENTITY = re.compile(r"[-=:.\w]+", re.ASCII)
 # A local topic name: no slash, no whitespace or control characters.
-_LOCAL_NAME = re.compile(r"[^/\s\x00-\x1f\x7f]+")
+_LOCAL_NAME = re.compile(r"[^/\s\x00-\x1f\x7f-\x9f]+")
 _PARTITION_SUFFIX = re.compile(r"-partition-(\d+)\Z")
 
 

@@ -130,7 +130,9 @@ class ProducerDriver:
         if self._lost.is_set():
             raise ConnectionClosedError("connection lost while creating the producer")
         success = response.producer_success
-        producer.on_registered(success.producer_name, success.last_sequence_id)
+        producer.on_registered(
+            success.producer_name, success.last_sequence_id, connection.core.max_message_size
+        )
         self.connection = connection
         self._backoff.reset()
         log.info(

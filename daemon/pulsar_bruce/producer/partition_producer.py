@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
 
-from pulsar_bruce.batch.batch_builder import BatchBuilder, SealedBatch
+from pulsar_bruce.batch.batch_builder import BatchBuilder, SealedBatch, split_batch
 from pulsar_bruce.batch.compression import Compressor
 from pulsar_bruce.frame import commands
 from pulsar_bruce.frame.codec import DEFAULT_MAX_MESSAGE_SIZE
@@ -63,6 +63,7 @@ class PartitionProducer:
     __slots__ = (
         "batch",
         "in_flight",
+        "max_batch_bytes",
         "name",
         "next_sequence_id",
         "partition",
@@ -84,6 +85,8 @@ class PartitionProducer:
         self.ready = False
         self.name: str | None = None
         self.next_sequence_id = 0
+        #: The policy's limit, lowered to what fits the broker's max message size.
+        self.max_batch_bytes = policy.max_bytes
 
     # -- batching -------------------------------------------------------------
 
@@ -91,7 +94,7 @@ class PartitionProducer:
         """Close the open batch (if any) and queue it for sending."""
         if self.batch.count == 0:
             return None
-        sealed = self.batch.seal(self.policy.compression, self.policy.compressor)
+        sealed = self.batch.seal()
         self.pending.append(sealed)
         return sealed
 
@@ -101,9 +104,12 @@ class PartitionProducer:
 
     # -- connection lifecycle -------------------------------------------------
 
-    def on_registered(self, name: str, last_sequence_id: int) -> None:
-        """The broker accepted the producer (``ProducerSuccess``)."""
+    def on_registered(
+        self, name: str, last_sequence_id: int, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    ) -> None:
+        """The broker accepted the producer (``ProducerSuccess``) on a connection."""
         self.name = name
+        self.max_batch_bytes = min(self.policy.max_bytes, max_message_size - SEND_FRAME_OVERHEAD)
         if last_sequence_id + 1 > self.next_sequence_id:
             self.next_sequence_id = last_sequence_id + 1
         self.ready = True
@@ -119,55 +125,68 @@ class PartitionProducer:
     ) -> Outgoing:
         """Frames for every pending batch not yet written on this connection.
 
-        A batch that would make a frame larger than ``max_frame_size`` (the
-        broker's negotiated ``max_message_size``) is never sent: it is taken
-        out and returned in ``rejected`` for the caller to discard.
+        A batch is compressed, numbered and framed the first time it goes out.
+        Frames never exceed ``max_frame_size`` (the broker's negotiated
+        ``max_message_size``): a batch that would is split in halves, and a
+        single message that would is taken out and returned in ``rejected``
+        for the caller to discard.
         """
         out = Outgoing()
         if not self.ready:
             return out
-        name = self.name or ""
-        frames = out.frames
-        batches = out.batches
-        resent_messages = 0
         pending = self.pending
         limit = max_frame_size - SEND_FRAME_OVERHEAD
-        for index in range(len(pending) - 1, self.in_flight - 1, -1):
-            batch = pending[index]
-            if batch.sequence_id < 0 and len(batch.payload) > limit:
-                del pending[index]
-                out.rejected.append(batch)
-        for index in range(self.in_flight, len(pending)):
+        index = self.in_flight
+        while index < len(pending):
             batch = pending[index]
             if batch.sequence_id < 0:
-                batch.sequence_id = self.next_sequence_id
-                self.next_sequence_id += batch.count
-                metadata = commands.batch_metadata(
-                    producer_name=name,
-                    sequence_id=batch.sequence_id,
-                    highest_sequence_id=batch.highest_sequence_id,
-                    publish_time_ms=publish_time_ms,
-                    num_messages=batch.count,
-                    compression=batch.compression,
-                    uncompressed_size=batch.uncompressed_size,
-                )
-                batch.frame = commands.send(
-                    producer_id=self.producer_id,
-                    sequence_id=batch.sequence_id,
-                    highest_sequence_id=batch.highest_sequence_id,
-                    num_messages=batch.count,
-                    metadata=metadata,
-                    payload=batch.payload,
-                )
-                batch.payload = b""  # the frame holds it now
+                payload = self._compress(batch.payload)
+                if len(payload) > limit:
+                    if batch.count > 1:
+                        first, second = split_batch(batch)
+                        pending[index] = first
+                        pending.insert(index + 1, second)
+                    else:
+                        del pending[index]
+                        out.rejected.append(batch)
+                    continue
+                self._frame(batch, payload, publish_time_ms)
             elif batch.send_attempts:
-                resent_messages += batch.count
+                out.resent_messages += batch.count
             batch.send_attempts += 1
-            frames.append(batch.frame)
-            batches.append(batch)
+            out.frames.append(batch.frame)
+            out.batches.append(batch)
+            index += 1
         self.in_flight = len(pending)
-        out.resent_messages = resent_messages
         return out
+
+    def _compress(self, raw: bytes) -> bytes:
+        compressor = self.policy.compressor
+        return compressor(raw) if compressor is not None else raw
+
+    def _frame(self, batch: SealedBatch, payload: bytes, publish_time_ms: int) -> None:
+        """Give ``batch`` its sequence ids and its Send frame (kept as is for resends)."""
+        batch.sequence_id = self.next_sequence_id
+        self.next_sequence_id += batch.count
+        compressed = self.policy.compressor is not None
+        metadata = commands.batch_metadata(
+            producer_name=self.name or "",
+            sequence_id=batch.sequence_id,
+            highest_sequence_id=batch.highest_sequence_id,
+            publish_time_ms=publish_time_ms,
+            num_messages=batch.count,
+            compression=self.policy.compression if compressed else 0,
+            uncompressed_size=len(batch.payload),
+        )
+        batch.frame = commands.send(
+            producer_id=self.producer_id,
+            sequence_id=batch.sequence_id,
+            highest_sequence_id=batch.highest_sequence_id,
+            num_messages=batch.count,
+            metadata=metadata,
+            payload=payload,
+        )
+        batch.payload = b""  # the frame holds it now
 
     # -- receipts -------------------------------------------------------------
 

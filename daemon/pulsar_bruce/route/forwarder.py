@@ -105,8 +105,8 @@ class Forwarder:
         size: int,
     ) -> None:
         batch = producer.batch
-        policy = producer.policy
-        if batch.count and len(batch.buffer) + size > policy.max_bytes:
+        max_bytes = producer.max_batch_bytes
+        if batch.count and len(batch.buffer) + size > max_bytes:
             producer.seal()
             self.events.batch_sealed(producer)
         before = len(batch.buffer)
@@ -116,7 +116,7 @@ class Forwarder:
         stats.buffered_bytes += after - before
         if batch.count == 1:
             self.events.batch_opened(producer)
-        if batch.count >= policy.max_messages or after >= policy.max_bytes:
+        if batch.count >= producer.policy.max_messages or after >= max_bytes:
             producer.seal()
             self.events.batch_sealed(producer)
 
