@@ -127,6 +127,13 @@ def _non_negative_number(text: str | float) -> float:
     return value
 
 
+def _positive_number(text: str | float) -> float:
+    value = _non_negative_number(text)
+    if value == 0:
+        raise ValueError(f"expected a positive number, got {text!r}")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Option:
     name: str
@@ -164,6 +171,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("compression", "lz4", parse_compression, "batch compression: none, lz4, zlib", "NAME"),
     Option("shutdown_timeout_s", 30.0, _non_negative_number,
            "on SIGTERM/SIGINT, how long to wait for receipts before discarding", "SECONDS"),
+    Option("receipt_timeout_s", 30.0, _positive_number,
+           "a batch unconfirmed this long makes the daemon reconnect and resend", "SECONDS"),
     Option("metadata_refresh_s", 60.0, _non_negative_number,
            "how often partition counts are re-checked (0: never)", "SECONDS"),
 )  # fmt: skip
@@ -184,6 +193,7 @@ class Config:
     batch_max_delay_ms: float
     compression: str
     shutdown_timeout_s: float
+    receipt_timeout_s: float
     metadata_refresh_s: float
 
     @property

@@ -365,3 +365,20 @@ def test_small_messages_survive_a_small_broker_max_message_size(fake_broker, sta
     assert nonzero(counters.discarded) == {}
     assert counters.acked == 30
     assert broker.values() == values
+
+
+def test_a_receipt_that_never_comes_makes_the_daemon_reconnect_and_resend(
+    fake_broker, start_daemon
+):
+    broker = fake_broker()
+    daemon = start_daemon(broker.url, *FAST, "--receipt-timeout-s", "0.5")
+    topic = unique_topic("silent")
+    broker.swallow_receipts(1)  # the broker stays up, answers pings, but loses this receipt
+
+    send_values(daemon, topic, [b"only-once"])
+
+    counters = daemon.wait_settled(1, timeout=20)
+    assert counters.acked == 1
+    assert counters.possible_duplicates == 1
+    assert "no receipt from" in daemon.log()
+    assert len(broker.producer_requests()) == 2  # re-created on a new connection

@@ -201,32 +201,52 @@ def test_producer_with_empty_name_sends_no_name() -> None:
 
 def test_producer_with_name_golden_bytes() -> None:
     expected = wire(
-        "00000030",  # totalSize = 48
-        "0000002c",  # commandSize = 44
+        "00000032",  # totalSize = 50
+        "0000002e",  # commandSize = 46
         "08 05",  # type = PRODUCER
-        "2a 28",  # producer, 40 bytes
+        "2a 2a",  # producer, 42 bytes
         "0a 1d",  # topic (1), 29 bytes
         TOPIC,
         "10 03",  # producer_id (2) = 3
         "18 09",  # request_id (3) = 9
         "22 03",  # producer_name (4, string), 3 bytes
         b"p-1",
+        "48 00",  # user_provided_producer_name (9) = false: the broker assigned it
     )
     assert commands.producer(TOPIC.decode(), 3, 9, "p-1") == expected
 
 
+def test_producer_recreation_carries_its_epoch() -> None:
+    expected = wire(
+        "00000034",  # totalSize = 52
+        "00000030",  # commandSize = 48
+        "08 05",  # type = PRODUCER
+        "2a 2c",  # producer, 44 bytes
+        "0a 1d",  # topic (1), 29 bytes
+        TOPIC,
+        "10 03",  # producer_id (2) = 3
+        "18 09",  # request_id (3) = 9
+        "22 03",  # producer_name (4, string), 3 bytes
+        b"p-1",
+        "40 02",  # epoch (8) = 2
+        "48 00",  # user_provided_producer_name (9) = false
+    )
+    assert commands.producer(TOPIC.decode(), 3, 9, "p-1", epoch=2) == expected
+
+
 def test_producer_with_large_ids_uses_multi_byte_varints() -> None:
     expected = wire(
-        "00000031",  # totalSize = 49
-        "0000002d",  # commandSize = 45
+        "00000033",  # totalSize = 51
+        "0000002f",  # commandSize = 47
         "08 05",  # type = PRODUCER
-        "2a 29",  # producer, 41 bytes
+        "2a 2b",  # producer, 43 bytes
         "0a 1d",  # topic
         TOPIC,
         "10 ac 02",  # producer_id = 300 (0b10_0101100 -> ac 02)
         "18 80 80 01",  # request_id = 16384 (2**14 -> 80 80 01)
         "22 01",  # producer_name, 1 byte
         b"n",
+        "48 00",  # user_provided_producer_name = false
     )
     assert commands.producer(TOPIC.decode(), 300, 16384, "n") == expected
 

@@ -59,8 +59,15 @@ def lookup(topic: str, request_id: int, authoritative: bool) -> bytes:
     return encode_command(cmd)
 
 
-def producer(topic: str, producer_id: int, request_id: int, producer_name: str | None) -> bytes:
-    """Create (or re-create) a producer; a known name is passed back so it stays stable."""
+def producer(
+    topic: str, producer_id: int, request_id: int, producer_name: str | None, epoch: int = 0
+) -> bytes:
+    """Create (or re-create) a producer.
+
+    On re-creation the broker-assigned name is passed back (flagged as not
+    user-provided, as the official clients do) so it stays stable, and
+    ``epoch`` counts the re-creations so the broker can tell them apart.
+    """
     cmd = pb.BaseCommand(type=_Type.PRODUCER)
     p = cmd.producer
     p.topic = topic
@@ -68,6 +75,9 @@ def producer(topic: str, producer_id: int, request_id: int, producer_name: str |
     p.request_id = request_id
     if producer_name:
         p.producer_name = producer_name
+        p.user_provided_producer_name = False
+    if epoch:
+        p.epoch = epoch
     return encode_command(cmd)
 
 

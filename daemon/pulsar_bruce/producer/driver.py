@@ -56,6 +56,7 @@ class ProducerDriver:
         pool: ConnectionPool,
         forwarder: Forwarder,
         metrics: Metrics,
+        receipt_timeout_s: float = 30.0,
     ):
         self.producer = producer
         self.topic = topic
@@ -65,6 +66,9 @@ class ProducerDriver:
         self.connection: BrokerConnection | None = None
         self._lost = asyncio.Event()
         self._linger: asyncio.TimerHandle | None = None
+        self._receipt_check: asyncio.TimerHandle | None = None
+        self._epoch = 0
+        self.receipt_timeout_s = receipt_timeout_s
         self._task: asyncio.Task[None] | None = None
         self._backoff = Backoff()
         self._loop = asyncio.get_running_loop()
@@ -77,6 +81,8 @@ class ProducerDriver:
     async def stop(self) -> None:
         if self._linger is not None:
             self._linger.cancel()
+        if self._receipt_check is not None:
+            self._receipt_check.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -122,7 +128,9 @@ class ProducerDriver:
         try:
             response = await connection.request(
                 request_id,
-                commands.producer(producer.topic, producer.producer_id, request_id, producer.name),
+                commands.producer(
+                    producer.topic, producer.producer_id, request_id, producer.name, self._epoch
+                ),
             )
         except BaseException:
             connection.unregister_producer(producer.producer_id)
@@ -134,6 +142,7 @@ class ProducerDriver:
             success.producer_name, success.last_sequence_id, connection.core.max_message_size
         )
         self.connection = connection
+        self._epoch += 1
         self._backoff.reset()
         log.info(
             "producer %s ready on %s for %s (%d batches pending)",
@@ -188,6 +197,27 @@ class ProducerDriver:
             if batch.send_attempts == 1:
                 observe_batch(batch.count)
         connection.writelines(out.frames)
+        if self._receipt_check is None and self.producer.in_flight:
+            self._receipt_check = self._loop.call_later(
+                self.receipt_timeout_s, self._check_receipts
+            )
+
+    def _check_receipts(self) -> None:
+        """A receipt overdue by ``receipt_timeout_s`` means the connection is not trustworthy:
+        drop it, so everything unconfirmed is resent (never left waiting forever)."""
+        self._receipt_check = None
+        producer = self.producer
+        if not producer.in_flight or self.connection is None:
+            return
+        waited = time.monotonic() - producer.pending[0].sent_at
+        if waited >= self.receipt_timeout_s:
+            self.connection.abort(
+                f"no receipt from {producer.topic} for {waited:.0f} s; resending unconfirmed"
+            )
+        else:
+            self._receipt_check = self._loop.call_later(
+                self.receipt_timeout_s - waited, self._check_receipts
+            )
 
     # -- ProducerListener -------------------------------------------------------------
 
