@@ -203,7 +203,14 @@ class Server:
         new = []
         for index, name in enumerate(names, start=len(topic.producers)):
             producer = PartitionProducer(name, index, next(self._producer_ids), self.policy)
-            driver = ProducerDriver(producer, topic, self.pool, self.forwarder, self.metrics)
+            driver = ProducerDriver(
+                producer,
+                topic,
+                self.pool,
+                self.forwarder,
+                self.metrics,
+                receipt_timeout_s=self.config.receipt_timeout_s,
+            )
             self.drivers[producer.producer_id] = driver
             new.append(producer)
         self.forwarder.add_producers(topic, new, partitioned=count > 0)
