@@ -154,14 +154,25 @@ def test_event_time_changes_between_messages() -> None:
     assert decoded == [10, 10, 20, 0, 20, 10]
 
 
-def test_append_returns_the_batch_size_and_counts() -> None:
+def test_append_returns_the_bytes_added_and_counts() -> None:
     builder = BatchBuilder()
-    size = add(builder, b"", 0, b"abc")
+    added = add(builder, b"", 0, b"abc")
     # [u32 size = 2][18 03 payload_size = 3][abc]
     assert bytes(builder.buffer) == bytes.fromhex("00000002 1803") + b"abc"
-    assert size == 9
-    assert add(builder, b"", 0, b"") == 9 + 6
+    assert added == 9
+    assert add(builder, b"", 0, b"") == 6
+    assert len(builder.buffer) == 15
     assert builder.count == 2
+
+
+def test_large_values_get_a_multi_byte_payload_size() -> None:
+    builder = BatchBuilder()
+    value = b"v" * 20000  # beyond the precomputed payload_size table
+    added = add(builder, b"", 0, value)
+    # payload_size 20000 = 0xa0 0x9c 0x01 as a varint
+    assert bytes(builder.buffer[:8]) == bytes.fromhex("00000004 18a09c01")
+    assert added == 8 + 20000
+    assert [v for _, v in entries(bytes(builder.buffer))] == [value]
 
 
 def test_append_copies_only_the_value_part_of_the_datagram() -> None:
@@ -182,13 +193,12 @@ def test_append_copies_only_the_value_part_of_the_datagram() -> None:
 )
 def test_any_messages_decode_back(messages: list[tuple[bytes, int, bytes]]) -> None:
     builder = BatchBuilder()
-    size = 0
     for key, timestamp, value in messages:
         key_field = encode_key_field(key)
         before = len(builder.buffer)
-        size = builder.append(key_field, timestamp, b"xx" + value, 2)
-        assert size - before <= BatchBuilder.entry_size(key_field, len(value))
-    assert size == len(builder.buffer)
+        added = builder.append(key_field, timestamp, b"xx" + value, 2)
+        assert added == len(builder.buffer) - before
+        assert added <= BatchBuilder.entry_size(key_field, len(value))
     decoded = entries(bytes(builder.buffer))
     assert len(decoded) == len(messages) == builder.count
     for (key, timestamp, value), (metadata, got) in zip(messages, decoded, strict=True):

@@ -50,6 +50,11 @@ def encode_key_field(key: bytes) -> bytes:
     return _TAG_PARTITION_KEY + varint(len(key)) + key
 
 
+#: Precomputed ``payload_size`` fields for values up to 16 KiB (most messages).
+_PAYLOAD_SIZE_TABLE = 16384
+_PAYLOAD_SIZE_FIELDS = tuple(_TAG_PAYLOAD_SIZE + varint(n) for n in range(_PAYLOAD_SIZE_TABLE))
+
+
 @dataclass(slots=True, eq=False)
 class SealedBatch:
     """A closed batch waiting for its receipt.
@@ -87,30 +92,37 @@ class BatchBuilder:
         self._event_time_field = b""
 
     def append(self, key_field: bytes, timestamp: int, data: bytes, value_offset: int) -> int:
-        """Add ``data[value_offset:]`` as a message; returns the batch's size in bytes.
+        """Add ``data[value_offset:]`` as a message; returns the bytes the batch grew by.
 
         ``key_field`` comes from :func:`encode_key_field`; ``timestamp`` 0 (or
         negative) means no event time.
         """
         payload_size = len(data) - value_offset
+        size_field = (
+            _PAYLOAD_SIZE_FIELDS[payload_size]
+            if payload_size < _PAYLOAD_SIZE_TABLE
+            else _TAG_PAYLOAD_SIZE + varint(payload_size)
+        )
         if timestamp > 0:
             if timestamp != self._event_time:
                 self._event_time = timestamp
                 self._event_time_field = _TAG_EVENT_TIME + varint(timestamp)
-            metadata = key_field + _TAG_PAYLOAD_SIZE + varint(payload_size) + self._event_time_field
+            metadata = key_field + size_field + self._event_time_field
         else:
-            metadata = key_field + _TAG_PAYLOAD_SIZE + varint(payload_size)
+            metadata = key_field + size_field
         buffer = self.buffer
-        buffer += _U32.pack(len(metadata))
-        buffer += metadata
-        buffer += memoryview(data)[value_offset:]
+        buffer += _U32.pack(len(metadata)) + metadata
+        buffer += data[value_offset:] if payload_size < 4096 else memoryview(data)[value_offset:]
         self.count += 1
-        return len(buffer)
+        return 4 + len(metadata) + payload_size
+
+    #: Upper bound of what one message adds besides its key field and value.
+    ENTRY_OVERHEAD = 4 + 1 + 5 + 11
 
     @staticmethod
     def entry_size(key_field: bytes, value_size: int) -> int:
         """Upper bound of the bytes one message adds (for limit checks before appending)."""
-        return 4 + len(key_field) + 1 + 5 + 11 + value_size
+        return len(key_field) + value_size + BatchBuilder.ENTRY_OVERHEAD
 
     def seal(self) -> SealedBatch:
         """Close the batch and reset for the next one (compression happens at first send)."""

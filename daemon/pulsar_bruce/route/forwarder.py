@@ -24,6 +24,8 @@ from pulsar_bruce.parse.topic import normalize_topic
 from pulsar_bruce.producer.partition_producer import PartitionProducer
 from pulsar_bruce.route.router import Topic
 
+_ENTRY_OVERHEAD = BatchBuilder.ENTRY_OVERHEAD
+
 #: Bad topic names remembered (so a flood of them costs one dict lookup each), at most.
 _BAD_TOPIC_CACHE_LIMIT = 1024
 
@@ -82,7 +84,7 @@ class Forwarder:
                 stats.discard(reasons.BAD_TOPIC)
                 return
         key_field = encode_key_field(key) if key else b""
-        size = BatchBuilder.entry_size(key_field, len(data) - value_offset)
+        size = len(data) - value_offset + len(key_field) + _ENTRY_OVERHEAD
         if stats.buffered_bytes + size > self.buffer_max_bytes:
             stats.discard(reasons.BUFFER_FULL)
             topic.stats.discard(reasons.BUFFER_FULL, 1)
@@ -104,19 +106,18 @@ class Forwarder:
         value_offset: int,
         size: int,
     ) -> None:
+        """Append one message to ``producer``'s open batch, sealing it when full."""
         batch = producer.batch
-        max_bytes = producer.max_batch_bytes
-        if batch.count and len(batch.buffer) + size > max_bytes:
+        if batch.count and len(batch.buffer) + size > producer.max_batch_bytes:
             producer.seal()
             self.events.batch_sealed(producer)
-        before = len(batch.buffer)
-        after = batch.append(key_field, timestamp, data, value_offset)
-        stats = self.stats
-        stats.buffered_messages += 1
-        stats.buffered_bytes += after - before
+        self.stats.buffered_bytes += batch.append(key_field, timestamp, data, value_offset)
+        self.stats.buffered_messages += 1
         if batch.count == 1:
             self.events.batch_opened(producer)
-        if batch.count >= producer.policy.max_messages or after >= max_bytes:
+        if batch.count >= producer.policy.max_messages or (
+            len(batch.buffer) >= producer.max_batch_bytes
+        ):
             producer.seal()
             self.events.batch_sealed(producer)
 
