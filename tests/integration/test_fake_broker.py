@@ -382,3 +382,27 @@ def test_a_receipt_that_never_comes_makes_the_daemon_reconnect_and_resend(
     assert counters.possible_duplicates == 1
     assert "no receipt from" in daemon.log()
     assert len(broker.producer_requests()) == 2  # re-created on a new connection
+
+
+def test_a_partition_count_that_grows_is_picked_up(fake_broker, start_daemon):
+    broker = fake_broker(partitions=2)
+    daemon = start_daemon(broker.url, *FAST, "--metadata-refresh-s", "0.2")
+    topic = unique_topic("grow")
+    with daemon.sender() as sender:
+        for key in range(4):
+            sender.send(topic, b"before-%d" % key, partition_key=key)
+    daemon.wait_settled(4)
+    broker.partitions = 4  # the operator added partitions
+    wait_for(
+        lambda: len({r.topic for r in broker.producer_requests()}) == 4,
+        10,
+        "producers for the new partitions",
+    )
+    with daemon.sender() as sender:
+        for key in range(4):
+            sender.send(topic, b"after-%d" % key, partition_key=key)
+    daemon.wait_settled(8)
+    landed = {m.value: m.topic for m in broker.messages()}
+    for key in range(4):
+        assert landed[b"before-%d" % key] == f"{full_name(topic)}-partition-{key % 2}"
+        assert landed[b"after-%d" % key] == f"{full_name(topic)}-partition-{key}"
