@@ -1,4 +1,4 @@
-"""A small HTTP server on the event loop for ``/metrics``.
+"""A small HTTP server on the event loop for ``/metrics`` and ``/status``.
 
 Serving from the loop (not prometheus-client's thread) means a scrape runs
 between datagrams, so the accounting identity holds in every scrape.
@@ -7,7 +7,10 @@ between datagrams, so the accounting identity holds in every scrape.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -17,10 +20,17 @@ _MAX_REQUEST_HEAD = 8192
 
 
 class MetricsServer:
-    """``GET /metrics`` (Prometheus text format) and ``GET /`` (a pointer to it)."""
+    """``GET /metrics`` (Prometheus text), ``GET /status`` (JSON), ``GET /`` (pointers)."""
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int):
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        host: str,
+        port: int,
+        status: Callable[[], dict[str, Any]] | None = None,
+    ):
         self.registry = registry
+        self.status = status
         self.host = host
         self.port = port
         self._server: asyncio.Server | None = None
@@ -53,8 +63,12 @@ class MetricsServer:
                 CONTENT_TYPE_LATEST,
                 generate_latest(self.registry),
             )
+        elif path == "/status" and self.status is not None:
+            body = json.dumps(self.status(), indent=1).encode() + b"\n"
+            status, content_type = "200 OK", "application/json"
         elif path == "/":
-            status, content_type, body = "200 OK", "text/plain", b"pulsar-bruce: see /metrics\n"
+            status, content_type = "200 OK", "text/plain"
+            body = b"pulsar-bruce: /metrics (Prometheus), /status (JSON)\n"
         else:
             status, content_type, body = "404 Not Found", "text/plain", b"not found\n"
         header = (

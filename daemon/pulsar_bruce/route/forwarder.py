@@ -13,6 +13,7 @@ Every message ends in exactly one of :meth:`on_acked` or :meth:`discard_batch`
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -25,6 +26,9 @@ from pulsar_bruce.producer.partition_producer import PartitionProducer
 from pulsar_bruce.route.router import Topic
 
 _ENTRY_OVERHEAD = BatchBuilder.ENTRY_OVERHEAD
+
+REJECT_SAMPLES = 10
+REJECT_SAMPLE_BYTES = 64
 
 #: Bad topic names remembered (so a flood of them costs one dict lookup each), at most.
 _BAD_TOPIC_CACHE_LIMIT = 1024
@@ -63,6 +67,8 @@ class Forwarder:
         #: Keyed by full Pulsar name, so ``t`` and ``persistent://public/default/t`` share one.
         self.topics_by_name: dict[str, Topic] = {}
         self._bad_topics: set[bytes] = set()
+        #: The last few rejected datagrams (reason, first bytes), for ``/status``.
+        self.recent_rejects: deque[tuple[str, bytes]] = deque(maxlen=REJECT_SAMPLES)
 
     # -- the hot path -------------------------------------------------------------
 
@@ -70,18 +76,18 @@ class Forwarder:
         stats = self.stats
         stats.received += 1
         if len(data) > self.max_message_bytes:
-            stats.discard(reasons.TOO_LARGE)
+            self._reject(reasons.TOO_LARGE, data)
             return
         parsed = parse_datagram(data)
         if isinstance(parsed, str):
-            stats.discard(parsed)
+            self._reject(parsed, data)
             return
         topic_bytes, partition_key, timestamp, key, value_offset = parsed
         topic = self.topics.get(topic_bytes)
         if topic is None:
             topic = self._add_topic(topic_bytes)
             if topic is None:
-                stats.discard(reasons.BAD_TOPIC)
+                self._reject(reasons.BAD_TOPIC, data)
                 return
         key_field = encode_key_field(key) if key else b""
         size = len(data) - value_offset + len(key_field) + _ENTRY_OVERHEAD
@@ -120,6 +126,11 @@ class Forwarder:
         ):
             producer.seal()
             self.events.batch_sealed(producer)
+
+    def _reject(self, reason: str, data: bytes) -> None:
+        """A datagram that never became a message: count it, keep a sample for ``/status``."""
+        self.stats.discard(reason)
+        self.recent_rejects.append((reason, data[:REJECT_SAMPLE_BYTES]))
 
     # -- topics -------------------------------------------------------------------------
 
