@@ -1,0 +1,240 @@
+"""asyncio variant of :class:`to_pulsar.Sender`: sends never block the event loop.
+
+The socket is non-blocking. A send that finds the daemon's queue full (EAGAIN) waits
+for the socket to become writable with ``loop.add_writer`` (the kernel wakes it when
+the daemon reads), up to ``timeout``, then raises :class:`SendTimeoutError`. Sends
+that had to wait go out in the order they were made; a send only skips the line
+when nobody is waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import math
+import os
+import socket
+import time
+from types import TracebackType
+
+from .encoding import Payload, encode_any_partition, encode_partition_key
+from .errors import (
+    DaemonUnavailableError,
+    MessageTooLargeError,
+    SendTimeoutError,
+    ToPulsarError,
+)
+from .paths import resolve_socket_path
+
+__all__ = ["AsyncSender"]
+
+# errnos meaning "the daemon we were connected to is gone": worth one reconnect.
+_RECONNECT_ERRNOS = frozenset({errno.ECONNREFUSED, errno.ENOENT, errno.ENOTCONN})
+
+
+class AsyncSender:
+    """Send Bruce-format messages to the local pulsar-bruce daemon from asyncio code.
+
+    Connects at construction (no event loop needed) so a missing daemon is reported
+    early. ``timeout`` is how long a send may wait for room in the daemon's socket
+    queue: ``None`` waits forever, ``0`` never waits. Errors are those of the sync
+    :class:`~to_pulsar.Sender`; reconnecting after a daemon restart is best-effort.
+    """
+
+    __slots__ = ("_closed", "_lock", "_path", "_sock", "_timeout", "_waiter", "_waiting")
+
+    def __init__(
+        self,
+        socket_path: str | os.PathLike[str] | None = None,
+        timeout: float | None = 5.0,
+    ) -> None:
+        if timeout is not None and not timeout >= 0:  # also rejects NaN
+            raise ValueError(f"timeout must be >= 0 or None, got {timeout}")
+        if timeout == math.inf:
+            timeout = None
+        self._path = resolve_socket_path(socket_path)
+        self._timeout = timeout
+        self._closed = False
+        # Serialises the sends that have to wait; created lazily in the running loop.
+        self._lock: asyncio.Lock | None = None
+        self._waiting = 0  # sends in _send_waiting(); later sends queue behind them
+        # The future a waiting send sleeps on, so close() can wake it.
+        self._waiter: asyncio.Future[None] | None = None
+        self._sock = self._connect()
+
+    @property
+    def socket_path(self) -> str:
+        """The daemon socket this sender is (re)connected to."""
+        return self._path
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds a send may wait for queue space (None: forever, 0: not at all)."""
+        return self._timeout
+
+    async def send(
+        self,
+        topic: str | bytes,
+        value: Payload,
+        *,
+        key: Payload | None = None,
+        partition_key: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        """Encode and send one message (same arguments as :meth:`Sender.send`).
+
+        Without ``partition_key`` the daemon picks the partition (AnyPartition);
+        ``timestamp_ms`` defaults to now, 0 means "no event time".
+        """
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        if partition_key is None:
+            datagram = encode_any_partition(topic, value, b"" if key is None else key, timestamp_ms)
+        else:
+            datagram = encode_partition_key(
+                partition_key, topic, value, b"" if key is None else key, timestamp_ms
+            )
+        await self.send_raw(datagram)
+
+    async def send_raw(self, datagram: bytes) -> None:
+        """Send an already encoded datagram, waiting (up to the timeout) while the queue is full."""
+        if self._closed:
+            raise ToPulsarError("AsyncSender is closed")
+        if not self._waiting or self._timeout == 0:
+            # Fast path: nobody is waiting, so trying right away keeps the order.
+            if self._try_send(datagram):
+                return
+            if self._timeout == 0:
+                raise SendTimeoutError(f"daemon socket {self._path} queue is full (timeout=0)")
+        await self._send_waiting(datagram)
+
+    def close(self) -> None:
+        """Close the socket; a send waiting for room and later sends raise ToPulsarError.
+
+        Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        waiter = self._waiter
+        if waiter is not None:
+            # Unregister before closing: the selector must not keep a closed (reusable) fd.
+            waiter.get_loop().remove_writer(self._sock.fileno())
+            if not waiter.done():
+                waiter.set_exception(ToPulsarError("AsyncSender was closed while sending"))
+        self._sock.close()
+
+    async def __aenter__(self) -> AsyncSender:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<AsyncSender {self._path!r} timeout={self._timeout} {state}>"
+
+    # Slow paths.
+
+    def _try_send(self, datagram: bytes) -> bool:
+        """One non-blocking send: True if sent, False if the queue is full; raises otherwise."""
+        try:
+            self._sock.send(datagram)
+            return True
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            if exc.errno not in _RECONNECT_ERRNOS:
+                raise self._translate(exc, len(datagram)) from exc
+            # The daemon restarted: reconnect once and retry.
+            self._reconnect()
+            try:
+                self._sock.send(datagram)
+                return True
+            except BlockingIOError:
+                return False
+            except OSError as retry_exc:
+                if retry_exc.errno in _RECONNECT_ERRNOS:
+                    raise DaemonUnavailableError(
+                        f"daemon on {self._path} went away and did not come back "
+                        f"({retry_exc.strerror})"
+                    ) from retry_exc
+                raise self._translate(retry_exc, len(datagram)) from retry_exc
+
+    async def _send_waiting(self, datagram: bytes) -> None:
+        """Wait in line, then wait for writability and retry until sent or timed out."""
+        loop = asyncio.get_running_loop()
+        lock = self._lock
+        if lock is None:
+            lock = self._lock = asyncio.Lock()
+        deadline = None if self._timeout is None else loop.time() + self._timeout
+        self._waiting += 1
+        try:
+            async with asyncio.timeout_at(deadline), lock:
+                while not self._try_send(datagram):
+                    await self._wait_writable(loop)
+        except TimeoutError:
+            raise SendTimeoutError(
+                f"daemon socket {self._path} queue stayed full for longer than "
+                f"the {self._timeout}s timeout"
+            ) from None
+        finally:
+            self._waiting -= 1
+
+    async def _wait_writable(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Sleep until the kernel reports room in the queue (or close() is called)."""
+        if self._closed:
+            raise ToPulsarError("AsyncSender was closed while sending")
+        waiter: asyncio.Future[None] = loop.create_future()
+        fd = self._sock.fileno()
+
+        def on_writable() -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        loop.add_writer(fd, on_writable)
+        self._waiter = waiter
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if not self._closed:  # else close() has unregistered it
+                loop.remove_writer(fd)
+
+    def _connect(self) -> socket.socket:
+        """Open and connect a new non-blocking socket; "nobody there" is DaemonUnavailableError."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            sock.connect(self._path)
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            sock.close()
+            raise DaemonUnavailableError(
+                f"no daemon listening on {self._path} ({exc.strerror})"
+            ) from exc
+        except OSError as exc:
+            sock.close()
+            raise DaemonUnavailableError(
+                f"cannot connect to daemon socket {self._path} ({exc.strerror or exc})"
+            ) from exc
+        sock.setblocking(False)
+        return sock
+
+    def _reconnect(self) -> None:
+        """Replace the socket after a daemon restart; on failure keep the old, dead one."""
+        new = self._connect()
+        old = self._sock
+        self._sock = new
+        old.close()
+
+    def _translate(self, exc: OSError, size: int) -> ToPulsarError:
+        """Map an OSError from send() to the client's exception hierarchy."""
+        if exc.errno == errno.EMSGSIZE:
+            return MessageTooLargeError(size)
+        if exc.errno in _RECONNECT_ERRNOS:
+            return DaemonUnavailableError(f"no daemon listening on {self._path} ({exc.strerror})")
+        return ToPulsarError(f"send to {self._path} failed ({exc.strerror or exc})")

@@ -1,0 +1,176 @@
+"""The Perl sender (examples/perl): byte for byte against to_pulsar, then daemon + broker."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, Broker, consume
+from to_pulsar import encode_any_partition, encode_partition_key
+
+PERL_DIR = ROOT / "examples" / "perl"
+SEND_PL = PERL_DIR / "to_pulsar_send.pl"
+PERL = shutil.which("perl")
+
+pytestmark = pytest.mark.skipif(PERL is None, reason="perl not on PATH")
+
+
+def perl(script: str, *args: str | Path) -> subprocess.CompletedProcess[bytes]:
+    """Run ``script`` with ToPulsar on @INC; arguments go to @ARGV."""
+    assert PERL is not None
+    return subprocess.run(
+        [PERL, "-I", str(PERL_DIR), "-MToPulsar", "-we", script, *map(str, args)],
+        capture_output=True,
+        timeout=60,
+    )
+
+
+def send_pl(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    assert PERL is not None
+    return subprocess.run(
+        [PERL, str(SEND_PL), *map(str, args)], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.fixture
+def sock_path(tmp_path: Path) -> Iterator[Path]:
+    """A socket path short enough for sun_path (108 bytes) even with a deep tmp_path."""
+    if len(str(tmp_path)) < 90:
+        yield tmp_path / "d.sock"
+        return
+    with tempfile.TemporaryDirectory(prefix="tp") as short:
+        yield Path(short) / "d.sock"
+
+
+@pytest.fixture
+def receiver(sock_path: Path) -> Iterator[socket.socket]:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(sock_path))
+    sock.settimeout(5)
+    yield sock
+    sock.close()
+
+
+def test_module_bytes_match_python(sock_path: Path, receiver: socket.socket) -> None:
+    script = r"""
+        my $tp = ToPulsar->new($ARGV[0]);
+        $tp->send_any('t', 'value', 'k', 123);
+        $tp->send_keyed(-1, 'a/b/c', "v\x{263a}lue", undef, 0);     # character string: UTF-8
+        $tp->send_any('persistent://x/y/z', "a\0b\xfe", "\0\xff", -1);  # byte strings as is
+        $tp->send_keyed(4294967295, 't', '', 'key', 1700000000000);
+        print ToPulsar::encode_any_partition('t', 'v', '', 0) eq
+              pack('H*', $ARGV[1]) ? "same\n" : "differs\n";
+        $tp->close;
+        eval { $tp->send_any('t', 'v') };
+        print $@;
+    """
+    result = perl(script, sock_path, encode_any_partition("t", b"v").hex())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode().splitlines() == ["same", "ToPulsar: sender is closed"]
+    expected = [
+        encode_any_partition("t", b"value", b"k", 123),
+        encode_partition_key(-1, "a/b/c", "v\u263alue".encode()),
+        encode_any_partition("persistent://x/y/z", b"a\x00b\xfe", b"\x00\xff", -1),
+        encode_partition_key(0xFFFFFFFF, "t", b"", b"key", 1_700_000_000_000),
+    ]
+    assert [receiver.recv(65536) for _ in expected] == expected
+
+
+def test_default_timestamp_and_env_socket(sock_path: Path, receiver: socket.socket) -> None:
+    before = time.time_ns() // 1_000_000
+    result = perl("$ENV{TO_PULSAR_SOCKET} = $ARGV[0]; ToPulsar->new->send_any('t', 'v')", sock_path)
+    after = time.time_ns() // 1_000_000
+    assert result.returncode == 0, result.stderr
+    datagram = receiver.recv(65536)
+    timestamp = int.from_bytes(datagram[13:21], "big", signed=True)
+    assert before <= timestamp <= after
+    assert datagram == encode_any_partition("t", b"v", timestamp_ms=timestamp)
+
+
+def test_script_bytes_match_python(sock_path: Path, receiver: socket.socket) -> None:
+    assert send_pl(sock_path, "a/b/c", "hello", "k1", "7").returncode == 0
+    assert send_pl(sock_path, "t", "v").returncode == 0
+    keyed, plain = receiver.recv(65536), receiver.recv(65536)
+    ts = int.from_bytes(keyed[21:29], "big")
+    assert keyed == encode_partition_key(7, "a/b/c", b"hello", b"k1", ts)
+    ts = int.from_bytes(plain[13:21], "big")
+    assert plain == encode_any_partition("t", b"v", b"", ts)
+
+
+def test_errors_die_with_a_clear_message(sock_path: Path) -> None:
+    missing = perl("ToPulsar->new($ARGV[0])", sock_path)
+    assert missing.returncode != 0
+    assert missing.stderr.decode() == f"ToPulsar: no daemon listening on {sock_path} " + (
+        "(No such file or directory)\n"
+    )
+    bad = perl("ToPulsar::encode_any_partition('', 'v')")
+    assert b"ToPulsar: topic must be 1..32767 bytes, got 0 bytes" in bad.stderr
+    bad = perl("ToPulsar::encode_partition_key(2**32, 't', 'v')")
+    assert b"ToPulsar: partition key must be an integer" in bad.stderr
+
+    cli = send_pl(sock_path, "t", "v")
+    assert cli.returncode == 1
+    assert cli.stderr == f"to_pulsar_send.pl: error: no daemon listening on {sock_path} " + (
+        "(No such file or directory)\n"
+    )
+    assert send_pl(sock_path, "", "v").returncode == 2
+    assert send_pl(sock_path, "t", "v", "", "nope").returncode == 2
+    assert send_pl(sock_path, "t").returncode == 2
+
+
+def test_queue_full_and_too_large(sock_path: Path, receiver: socket.socket) -> None:
+    script = r"""
+        my $tp = ToPulsar->new($ARGV[0], timeout => 0);
+        my $n = 0;
+        eval { $tp->send_any('t', 'x' x 100, '', 0) while ++$n < 100000 };
+        print $n > 1 ? "filled\n" : "not filled\n", $@;
+        $tp = ToPulsar->new($ARGV[0], timeout => 0.1);
+        eval { $tp->send_any('t', 'x') };
+        print $@;
+        eval { $tp->send_any('t', 'x' x (4 * 1024 * 1024)) };
+        print $@;
+    """
+    lines = perl(script, sock_path).stdout.decode().splitlines()
+    assert lines[0] == "filled"
+    assert lines[1] == f"ToPulsar: daemon socket {sock_path} queue is full (timeout=0)"
+    assert lines[2].endswith("queue stayed full for longer than the 0.1s timeout")
+    assert lines[3].startswith("ToPulsar: message of 4194333 bytes is too large to send")
+
+
+@pytest.mark.broker
+def test_through_daemon_and_broker(broker: Broker, start_daemon) -> None:
+    daemon = start_daemon(broker.url)
+    topic = f"perl-sender-{uuid.uuid4().hex[:10]}"
+    partition_keys = [0, 1, 2, 3, 5, 6, 7, 11, 4_294_967_295, -1]
+    script = r"""
+        my ($path, $topic, @pks) = @ARGV;
+        my $tp = ToPulsar->new($path);
+        $tp->send_any($topic, "any-$_", "key-$_", 1700000000000 + $_) for 0 .. 5;
+        $tp->send_keyed($_, $topic, "pk:$_", "k$_") for @pks;
+    """
+    result = perl(script, daemon.socket_path, topic, *map(str, partition_keys))
+    assert result.returncode == 0, result.stderr
+    cli = send_pl(daemon.socket_path, topic, "from-script", "script-key", "6")
+    assert cli.returncode == 0, cli.stderr
+    total = 6 + len(partition_keys) + 1
+    counters = daemon.wait_settled(total)
+    assert counters.acked == total and counters.identity_holds()
+
+    messages = consume(broker.url, f"persistent://public/default/{topic}", total)
+    by_value = {m.value.decode(): m for m in messages}
+    assert len(messages) == total and len(by_value) == total
+    for i in range(6):
+        assert by_value[f"any-{i}"].key == f"key-{i}"
+        assert by_value[f"any-{i}"].event_time == 1_700_000_000_000 + i
+    for pk in partition_keys:
+        assert by_value[f"pk:{pk}"].key == f"k{pk}"
+        assert by_value[f"pk:{pk}"].partition == (pk & 0xFFFFFFFF) % 4
+    assert by_value["from-script"].key == "script-key"
+    assert by_value["from-script"].partition == 2
