@@ -225,6 +225,15 @@ class Daemon:
 
         return wait_for(settled, timeout, f"{expected_received} datagrams to settle")
 
+    def warm_up(self, topic: str, partitions: int) -> None:
+        """Send one ``b"warm-up"`` message and wait until every partition's producer is ready,
+        so PartitionKey messages are not failed over while producers are still connecting."""
+        with self.sender() as sender:
+            sender.send(topic, b"warm-up")
+        name = topic if "://" in topic else f"persistent://public/default/{topic}"
+        key = f'pulsar_bruce_topic_partitions_ready{{topic="{name}"}}'
+        wait_for(lambda: self.metrics().get(key) == partitions, 30, f"{partitions} ready producers")
+
     def terminate(self, timeout: float = 60.0) -> int:
         self.process.send_signal(signal.SIGTERM)
         return self.process.wait(timeout)

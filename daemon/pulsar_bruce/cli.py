@@ -14,6 +14,7 @@ import click
 from pulsar_bruce import __version__
 from pulsar_bruce.config import OPTIONS, ConfigError, load_config
 from pulsar_bruce.input.socket_reader import SocketInUseError
+from pulsar_bruce.service.systemd import ActivationError
 
 log = logging.getLogger("pulsar_bruce")
 
@@ -70,7 +71,7 @@ def main(config_path: str | None, **command_line: Any) -> None:
         runner = asyncio.run
     try:
         runner(run())
-    except (SocketInUseError, PermissionError, OSError) as exc:
+    except (SocketInUseError, ActivationError, PermissionError, OSError) as exc:
         click.echo(f"pulsar-bruce: error: {exc}", err=True)
         sys.exit(1)
 

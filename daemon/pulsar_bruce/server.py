@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import logging
 import signal
+import socket
 import time
 from collections.abc import Coroutine
 from pathlib import Path
@@ -33,6 +34,7 @@ from pulsar_bruce.producer.driver import ProducerDriver
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
 from pulsar_bruce.route.forwarder import Forwarder
 from pulsar_bruce.route.router import Topic
+from pulsar_bruce.service import systemd
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,9 @@ class Server:
         self.reader: DatagramReader | None = None
         self.metrics_server: MetricsServer | None = None
         self.started = asyncio.Event()
+        self.notifier = systemd.Notifier.from_environ()
+        self.socket_activated = False
+        self.socket_name = config.socket
 
     # -- main loop ------------------------------------------------------------------
 
@@ -84,21 +89,24 @@ class Server:
             host, port = self.config.metrics_listen
             self.metrics_server = MetricsServer(self.metrics.registry, host, port)
             await self.metrics_server.start()
-        Path(self.config.socket).parent.mkdir(parents=True, exist_ok=True)
-        sock = open_datagram_socket(self.config.socket, self.config.socket_mode)
+        sock = self._open_input_socket()
         self.reader = DatagramReader(
             sock, self.forwarder.handle_datagram, self._flush_dirty, self.config.max_message_bytes
         )
         self.reader.start()
         if self.config.metadata_refresh_s > 0:
             self._spawn(self._refresh_metadata_periodically())
+        if self.notifier.enabled:
+            self._spawn(self._notify_periodically())
         log.info(
-            "pulsar-bruce receiving on %s, forwarding to %s, metrics on %s",
-            self.config.socket,
+            "pulsar-bruce receiving on %s%s, forwarding to %s, metrics on %s",
+            self.socket_name,
+            " (socket activation)" if self.socket_activated else "",
             self.config.service_url,
             "{}:{}".format(*self.config.metrics_listen) if self.config.metrics_listen else "off",
         )
         self.started.set()
+        self.notifier.ready(self._status())
         await self._stop.wait()
         await self.shutdown()
 
@@ -108,14 +116,16 @@ class Server:
         self._stop.set()
 
     async def shutdown(self) -> None:
+        self.notifier.stopping(self._status())
         reader = self.reader
         if reader is not None:
             reader.stop()
             while reader.drain():
                 pass  # what senders queued before we stopped is ours to deliver
             reader.sock.close()
-            with contextlib.suppress(OSError):
-                Path(self.config.socket).unlink()
+            if not self.socket_activated:  # systemd's socket outlives us, and keeps queueing
+                with contextlib.suppress(OSError):
+                    Path(self.config.socket).unlink()
         self.forwarder.seal_all(self.batch_sealed)
         self._flush_dirty()
         deadline = time.monotonic() + self.config.shutdown_timeout_s
@@ -137,6 +147,36 @@ class Server:
             self.stats.acked,
             sum(self.stats.discarded.values()),
         )
+
+    def _open_input_socket(self) -> socket.socket:
+        """The datagram socket systemd passed us (socket activation), else our own at --socket."""
+        passed = systemd.activated_socket()
+        if passed is not None:
+            passed.setblocking(False)
+            self.socket_activated = True
+            self.socket_name = systemd.socket_name(passed)
+            return passed
+        Path(self.config.socket).parent.mkdir(parents=True, exist_ok=True)
+        return open_datagram_socket(self.config.socket, self.config.socket_mode)
+
+    # -- systemd notifications ---------------------------------------------------------
+
+    def _status(self) -> str:
+        stats = self.stats
+        return systemd.status_line(
+            "stopping" if self._stop.is_set() else f"receiving on {self.socket_name}",
+            stats.buffered_messages,
+            len(self.pool.connections),
+            stats.received,
+            stats.acked,
+            sum(stats.discarded.values()),
+        )
+
+    async def _notify_periodically(self) -> None:
+        """STATUS= every few seconds; WATCHDOG=1 pings from the event loop itself."""
+        while True:
+            await asyncio.sleep(self.notifier.tick_s)
+            self.notifier.tick(self._status())
 
     # -- ForwarderEvents -------------------------------------------------------------
 

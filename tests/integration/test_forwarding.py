@@ -57,12 +57,14 @@ def test_non_utf8_key_is_sent_base64_encoded(broker: Broker, start_daemon) -> No
 def test_partition_key_lands_on_key_modulo_partitions(broker: Broker, start_daemon) -> None:
     daemon = start_daemon(broker.url)
     topic = unique("pkey")
+    daemon.warm_up(topic, 4)
     keys = [0, 1, 2, 3, 5, 6, 7, 11, 4_294_967_295, 1_000_003]
     with daemon.sender() as sender:
         for n, pk in enumerate(keys * 5):
             sender.send(topic, f"{pk}:{n}".encode(), partition_key=pk)
-    daemon.wait_settled(len(keys) * 5)
-    messages = consume(broker.url, f"persistent://public/default/{topic}", len(keys) * 5)
+    daemon.wait_settled(1 + len(keys) * 5)
+    messages = consume(broker.url, f"persistent://public/default/{topic}", 1 + len(keys) * 5)
+    messages = [m for m in messages if m.value != b"warm-up"]
     assert len(messages) == len(keys) * 5
     for message in messages:
         pk = int(message.value.split(b":")[0])
@@ -72,14 +74,16 @@ def test_partition_key_lands_on_key_modulo_partitions(broker: Broker, start_daem
 def test_order_within_a_partition_is_preserved(broker: Broker, start_daemon) -> None:
     daemon = start_daemon(broker.url, "--batch-max-messages", "7")
     topic = unique("order")
+    daemon.warm_up(topic, 4)
     n = 3000
     with daemon.sender() as sender:
         for i in range(n):
             sender.send(topic, struct.pack(">I", i), partition_key=i % 4)
-    daemon.wait_settled(n)
+    daemon.wait_settled(1 + n)
     by_partition: dict[int, list[int]] = defaultdict(list)
-    for message in consume(broker.url, f"persistent://public/default/{topic}", n):
-        by_partition[message.partition].append(struct.unpack(">I", message.value)[0])
+    for message in consume(broker.url, f"persistent://public/default/{topic}", 1 + n):
+        if message.value != b"warm-up":
+            by_partition[message.partition].append(struct.unpack(">I", message.value)[0])
     assert sum(len(v) for v in by_partition.values()) == n
     for partition, values in by_partition.items():
         assert values == sorted(values), f"partition {partition} out of order"

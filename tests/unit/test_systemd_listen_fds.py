@@ -1,0 +1,237 @@
+"""Socket activation (sd_listen_fds): environment parsing and passed-fd checks.
+
+Real sockets are dup'ed to free high fd numbers and found there through the
+``start`` parameter, so pytest's own fds 3, 4, ... are never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+from pulsar_bruce.service.systemd import (
+    ActivationError,
+    activated_socket,
+    listen_fds,
+    socket_name,
+)
+
+PID = 4242
+
+
+def env(count: int, pid: int = PID, **extra: str) -> dict[str, str]:
+    return {"LISTEN_PID": str(pid), "LISTEN_FDS": str(count), "HOME": "/", **extra}
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def free_fd_range(count: int) -> int:
+    """The first of ``count`` consecutive unused fd numbers."""
+    start = 600
+    while any(_is_open(fd) for fd in range(start, start + count)):
+        start += count
+    return start
+
+
+@pytest.fixture
+def placed() -> Iterator[list[int]]:
+    """Fds the test dup2'ed into place; closed at teardown if still open."""
+    fds: list[int] = []
+    yield fds
+    for fd in fds:
+        if _is_open(fd):
+            os.close(fd)
+
+
+def place(sockets: list[socket.socket], fds: list[int]) -> int:
+    """dup2 ``sockets`` to consecutive free fds; returns the first one."""
+    start = free_fd_range(len(sockets))
+    for offset, sock in enumerate(sockets):
+        os.dup2(sock.fileno(), start + offset)
+        fds.append(start + offset)
+        sock.close()
+    return start
+
+
+@pytest.fixture
+def sock_dir() -> Iterator[str]:
+    directory = tempfile.mkdtemp(prefix="sd-")
+    yield directory
+    for name in os.listdir(directory):
+        os.unlink(os.path.join(directory, name))
+    os.rmdir(directory)
+
+
+def bound_datagram_socket(path: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    return sock
+
+
+# -- environment ---------------------------------------------------------------------------------
+
+
+def test_nothing_passed_without_listen_variables() -> None:
+    assert listen_fds({"HOME": "/"}, pid=PID) == []
+
+
+def test_listen_pid_of_another_process_means_nothing_was_passed() -> None:
+    environ = env(1, pid=PID + 1)
+    assert listen_fds(environ, pid=PID, start=free_fd_range(1)) == []
+    assert "LISTEN_PID" not in environ and "LISTEN_FDS" not in environ
+
+
+def test_zero_fds() -> None:
+    assert listen_fds(env(0), pid=PID) == []
+
+
+def test_variables_are_unset_so_children_do_not_inherit_them() -> None:
+    environ = env(0, LISTEN_FDNAMES="bruce")
+    listen_fds(environ, pid=PID)
+    assert environ == {"HOME": "/"}
+
+
+def test_variables_can_be_kept() -> None:
+    environ = env(0)
+    listen_fds(environ, pid=PID, unset=False)
+    assert environ == env(0)
+
+
+def test_defaults_to_os_environ_and_our_pid(monkeypatch) -> None:
+    monkeypatch.setenv("LISTEN_PID", str(os.getpid()))
+    monkeypatch.setenv("LISTEN_FDS", "0")
+    assert listen_fds() == []
+    assert "LISTEN_PID" not in os.environ and "LISTEN_FDS" not in os.environ
+
+
+@pytest.mark.parametrize(
+    ("environ", "named"),
+    [
+        ({"LISTEN_PID": "me", "LISTEN_FDS": "1"}, "LISTEN_PID"),
+        ({"LISTEN_PID": str(PID), "LISTEN_FDS": "one"}, "LISTEN_FDS"),
+        ({"LISTEN_PID": str(PID), "LISTEN_FDS": "-1"}, "LISTEN_FDS"),
+    ],
+)
+def test_garbage_in_the_variables_is_a_clear_error(environ: dict[str, str], named: str) -> None:
+    with pytest.raises(ActivationError, match=named):
+        listen_fds(environ, pid=PID)
+    assert "LISTEN_PID" not in environ  # unset even on error
+
+
+# -- passed fds ----------------------------------------------------------------------------------
+
+
+def test_passed_datagram_socket_is_returned_and_works(sock_dir: str, placed: list[int]) -> None:
+    path = os.path.join(sock_dir, "in.sock")
+    start = place([bound_datagram_socket(path)], placed)
+    [sock] = listen_fds(env(1), pid=PID, start=start)
+    try:
+        assert sock.fileno() == start
+        assert sock.family == socket.AF_UNIX and sock.type == socket.SOCK_DGRAM
+        assert not os.get_inheritable(start)  # FD_CLOEXEC, as sd_listen_fds sets it
+        assert socket_name(sock) == path
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+            sender.sendto(b"queued", path)
+        sock.settimeout(5)
+        assert sock.recv(100) == b"queued"
+    finally:
+        sock.close()
+
+
+def test_several_passed_sockets(sock_dir: str, placed: list[int]) -> None:
+    paths = [os.path.join(sock_dir, f"{i}.sock") for i in range(3)]
+    start = place([bound_datagram_socket(p) for p in paths], placed)
+    sockets = listen_fds(env(3), pid=PID, start=start)
+    try:
+        assert [s.fileno() for s in sockets] == [start, start + 1, start + 2]
+        assert [socket_name(s) for s in sockets] == paths
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def test_stream_socket_is_refused_and_left_open(placed: list[int]) -> None:
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    right.close()
+    start = place([left], placed)
+    with pytest.raises(ActivationError, match=rf"fd {start} is an AF_UNIX/SOCK_STREAM socket"):
+        listen_fds(env(1), pid=PID, start=start)
+    assert _is_open(start)
+
+
+def test_inet_socket_is_refused(placed: list[int]) -> None:
+    start = place([socket.socket(socket.AF_INET, socket.SOCK_DGRAM)], placed)
+    with pytest.raises(ActivationError, match=r"AF_INET/SOCK_DGRAM.*expected AF_UNIX/SOCK_DGRAM"):
+        listen_fds(env(1), pid=PID, start=start)
+
+
+def test_pipe_is_not_a_socket(placed: list[int]) -> None:
+    read_end, write_end = os.pipe()
+    start = free_fd_range(1)
+    os.dup2(read_end, start)
+    placed.append(start)
+    os.close(read_end)
+    os.close(write_end)
+    with pytest.raises(ActivationError, match=rf"fd {start} is not an open socket"):
+        listen_fds(env(1), pid=PID, start=start)
+
+
+def test_missing_fd_is_a_clear_error() -> None:
+    start = free_fd_range(1)
+    with pytest.raises(ActivationError, match=rf"fd {start} is not an open socket"):
+        listen_fds(env(1), pid=PID, start=start)
+
+
+def test_good_sockets_before_a_bad_one_are_left_open(sock_dir: str, placed: list[int]) -> None:
+    good = bound_datagram_socket(os.path.join(sock_dir, "good.sock"))
+    bad = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    start = place([good, bad], placed)
+    with pytest.raises(ActivationError, match=f"fd {start + 1}"):
+        listen_fds(env(2), pid=PID, start=start)
+    assert _is_open(start) and _is_open(start + 1)
+
+
+# -- activated_socket ----------------------------------------------------------------------------
+
+
+def test_activated_socket_is_none_without_activation() -> None:
+    assert activated_socket({}, pid=PID) is None
+
+
+def test_activated_socket_is_the_one_passed_socket(sock_dir: str, placed: list[int]) -> None:
+    start = place([bound_datagram_socket(os.path.join(sock_dir, "one"))], placed)
+    sock = activated_socket(env(1), pid=PID, start=start)
+    assert sock is not None and sock.fileno() == start
+    sock.close()
+
+
+def test_activated_socket_refuses_more_than_one(sock_dir: str, placed: list[int]) -> None:
+    start = place([bound_datagram_socket(os.path.join(sock_dir, f"{i}")) for i in (1, 2)], placed)
+    with pytest.raises(ActivationError, match="passed 2 sockets; expected one"):
+        activated_socket(env(2), pid=PID, start=start)
+
+
+def test_socket_name_of_an_abstract_socket() -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(b"\0pulsar-bruce-test-name")
+        assert socket_name(sock) == "@pulsar-bruce-test-name"
+
+
+def test_socket_name_of_a_path() -> None:
+    directory = tempfile.mkdtemp(prefix="sd-")
+    path = os.path.join(directory, "x.sock")
+    try:
+        with bound_datagram_socket(path) as sock:
+            assert socket_name(sock) == path
+    finally:
+        os.unlink(path)
+        os.rmdir(directory)
