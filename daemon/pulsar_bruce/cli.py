@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import sys
+import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 import click
 
 from pulsar_bruce import __version__
-from pulsar_bruce.config import OPTIONS, ConfigError, load_config
+from pulsar_bruce.config import OPTIONS, Config, ConfigError, load_config
 from pulsar_bruce.input.socket_reader import SocketInUseError
+from pulsar_bruce.metrics.status import render_status
 from pulsar_bruce.service.systemd import ActivationError
 
 log = logging.getLogger("pulsar_bruce")
@@ -31,7 +35,10 @@ def _add_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.option(
     "--config",
     "config_path",
@@ -39,13 +46,22 @@ def _add_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
     default=None,
     help="TOML file; every option below has a key there (same name, underscores)",
 )
+@click.option(
+    "--check-config",
+    is_flag=True,
+    help="validate the configuration, print the effective values and exit",
+)
 @_add_config_options
 @click.version_option(__version__, prog_name="pulsar-bruce")
-def main(config_path: str | None, **command_line: Any) -> None:
+@click.pass_context
+def main(
+    ctx: click.Context, /, config_path: str | None, check_config: bool, **command_line: Any
+) -> None:
     """Receive Bruce datagrams on a UNIX socket and forward them to Apache Pulsar.
 
     Runs in the foreground. SIGTERM or SIGINT stops reading, delivers what is
     buffered (up to --shutdown-timeout-s) and exits 0.
+    `pulsar-bruce status` summarises a running daemon.
     """
     config_path = config_path or os.environ.get("PULSAR_BRUCE_CONFIG")
     try:
@@ -53,6 +69,16 @@ def main(config_path: str | None, **command_line: Any) -> None:
     except ConfigError as exc:
         click.echo(f"pulsar-bruce: error: {exc}", err=True)
         sys.exit(2)
+    if ctx.invoked_subcommand is not None:
+        ctx.obj = config
+        return
+    if check_config:
+        click.echo(effective_config_toml(config), nl=False)
+        return
+    _serve(config)
+
+
+def _serve(config: Config) -> None:
     logging.basicConfig(
         level=config.log_level_number,
         stream=sys.stderr,
@@ -74,6 +100,68 @@ def main(config_path: str | None, **command_line: Any) -> None:
     except (SocketInUseError, ActivationError, PermissionError, OSError) as exc:
         click.echo(f"pulsar-bruce: error: {exc}", err=True)
         sys.exit(1)
+
+
+@main.command()
+@click.option(
+    "--url",
+    metavar="URL",
+    default=None,
+    help="status page of the daemon [default: http://<--metrics-listen>/status]",
+)
+@click.option("--json", "as_json", is_flag=True, help="print the raw JSON document")
+@click.option(
+    "--interval",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="seconds between the two reads used for the current throughput (0: one read)",
+)
+@click.pass_obj
+def status(config: Config, url: str | None, as_json: bool, interval: float) -> None:
+    """Summarise a running daemon: uptime, throughput, buffered, connections, discards."""
+    if url is None:
+        if config.metrics_listen is None:
+            click.echo("pulsar-bruce: error: metrics are off; pass --url", err=True)
+            sys.exit(2)
+        host, port = config.metrics_listen
+        url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}/status"
+    first = _fetch_status(url)
+    if as_json:
+        click.echo(json.dumps(first, indent=1))
+        return
+    second = None
+    if interval > 0:
+        time.sleep(interval)
+        second = _fetch_status(url)
+    click.echo(render_status(second, first) if second else render_status(first))
+
+
+def _fetch_status(url: str) -> dict[str, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            document: dict[str, Any] = json.load(response)
+            return document
+    except (OSError, ValueError) as exc:
+        click.echo(f"pulsar-bruce: error: cannot read {url}: {exc}", err=True)
+        sys.exit(1)
+
+
+def effective_config_toml(config: Config) -> str:
+    """The resolved configuration, in the config file's own format."""
+    lines = []
+    for option in OPTIONS:
+        value = getattr(config, option.name)
+        if option.name == "socket_mode":
+            text = f'"{value:04o}"'
+        elif option.name == "metrics_listen":
+            text = '"off"' if value is None else f'"{value[0]}:{value[1]}"'
+        elif isinstance(value, str):
+            text = json.dumps(value)
+        else:
+            text = repr(value)
+        lines.append(f"{option.name} = {text}")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from pulsar_bruce.input.socket_reader import DatagramReader, open_datagram_socke
 from pulsar_bruce.metrics.http import MetricsServer
 from pulsar_bruce.metrics.registry import Metrics
 from pulsar_bruce.metrics.stats import Stats
+from pulsar_bruce.metrics.status import status_document
 from pulsar_bruce.parse.topic import is_partition_name, partition_name
 from pulsar_bruce.producer.backoff import Backoff
 from pulsar_bruce.producer.driver import ProducerDriver
@@ -75,6 +76,7 @@ class Server:
         self.reader: DatagramReader | None = None
         self.metrics_server: MetricsServer | None = None
         self.started = asyncio.Event()
+        self.started_at = time.time()
         self.notifier = systemd.Notifier.from_environ()
         self.socket_activated = False
         self.socket_name = config.socket
@@ -87,7 +89,9 @@ class Server:
             loop.add_signal_handler(signum, self.request_stop, signum)
         if self.config.metrics_listen is not None:
             host, port = self.config.metrics_listen
-            self.metrics_server = MetricsServer(self.metrics.registry, host, port)
+            self.metrics_server = MetricsServer(
+                self.metrics.registry, host, port, status=self.status_document
+            )
             await self.metrics_server.start()
         sock = self._open_input_socket()
         self.reader = DatagramReader(
@@ -109,6 +113,17 @@ class Server:
         self.notifier.ready(self._status())
         await self._stop.wait()
         await self.shutdown()
+
+    def status_document(self) -> dict[str, Any]:
+        return status_document(
+            started_at=self.started_at,
+            socket=self.socket_name,
+            service_url=self.config.service_url,
+            stats=self.stats,
+            topics=self.forwarder.topics_by_name.values(),
+            connections=[c.address for c in self.pool.connections],
+            recent_rejects=self.forwarder.recent_rejects,
+        )
 
     def request_stop(self, signum: int | None = None) -> None:
         if signum is not None and not self._stop.is_set():

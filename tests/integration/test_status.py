@@ -1,0 +1,93 @@
+"""``/status``, ``pulsar-bruce status`` and ``--check-config`` against a running daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, Broker
+
+pytestmark = pytest.mark.broker
+
+ENV = dict(os.environ, PYTHONPATH=f"{ROOT / 'daemon'}{os.pathsep}{ROOT / 'client_lib'}")
+
+
+def cli(*args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pulsar_bruce", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**ENV, **extra_env},
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_status_page_counts_topics_and_rejected_samples(broker: Broker, start_daemon) -> None:
+    daemon = start_daemon(broker.url)
+    with daemon.sender() as sender:
+        for i in range(5):
+            sender.send("status-topic", b"v%d" % i)
+    daemon.send_raw(b"\x00\x00\x00\x20garbage")
+    daemon.wait_settled(6)
+    url = f"http://127.0.0.1:{daemon.metrics_port}/status"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        assert response.headers["Content-Type"] == "application/json"
+        doc = json.load(response)
+    assert doc["received"] == 6 and doc["acked"] == 5
+    assert doc["discarded"] == {"malformed": 1}
+    assert (
+        doc["received"] == doc["acked"] + sum(doc["discarded"].values()) + doc["buffered_messages"]
+    )
+    [topic] = doc["topics"]
+    assert topic["name"] == "persistent://public/default/status-topic"
+    assert topic["acked"] == 5 and topic["partitions"] == 4
+    assert doc["recent_rejects"][0]["reason"] == "malformed"
+    assert doc["connections"] == [f"127.0.0.1:{broker.port}"]
+
+
+def test_status_command_prints_a_summary(broker: Broker, start_daemon) -> None:
+    daemon = start_daemon(broker.url)
+    with daemon.sender() as sender:
+        sender.send("status-cli", b"x")
+    daemon.wait_settled(1)
+    result = cli(
+        "--metrics-listen", f"127.0.0.1:{daemon.metrics_port}", "status", "--interval", "0.1"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "acked       1" in result.stdout
+    assert "persistent://public/default/status-cli" in result.stdout
+    assert "throughput" in result.stdout
+
+
+def test_status_command_without_a_daemon_is_one_line() -> None:
+    result = cli("status", "--url", "http://127.0.0.1:9/status")
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and "cannot read" in result.stderr
+
+
+def test_check_config_prints_the_effective_values_which_load_back(tmp_path: Path) -> None:
+    config = tmp_path / "bruce.toml"
+    config.write_text('buffer_max_bytes = "64MiB"\ncompression = "zlib"\n')
+    result = cli(
+        "--config",
+        str(config),
+        "--log-level",
+        "debug",
+        "--check-config",
+        PULSAR_BRUCE_BATCH_MAX_MESSAGES="77",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "buffer_max_bytes = 67108864" in result.stdout
+    assert 'compression = "zlib"' in result.stdout
+    assert "batch_max_messages = 77" in result.stdout
+    assert 'log_level = "debug"' in result.stdout
+    effective = tmp_path / "effective.toml"
+    effective.write_text(result.stdout)
+    again = cli("--config", str(effective), "--check-config")
+    assert again.returncode == 0 and again.stdout == result.stdout
