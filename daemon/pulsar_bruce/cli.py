@@ -75,10 +75,10 @@ def main(
     if check_config:
         click.echo(effective_config_toml(config), nl=False)
         return
-    _serve(config)
+    _serve(config, lambda: load_config(command_line, os.environ, config_path))
 
 
-def _serve(config: Config) -> None:
+def _serve(config: Config, reload: Callable[[], Config]) -> None:
     logging.basicConfig(
         level=config.log_level_number,
         stream=sys.stderr,
@@ -87,7 +87,7 @@ def _serve(config: Config) -> None:
     from pulsar_bruce.server import Server
 
     async def run() -> None:
-        await Server(config).serve()
+        await Server(config, reload).serve()
 
     try:
         import uvloop

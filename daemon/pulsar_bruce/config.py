@@ -14,6 +14,7 @@ import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,15 @@ def _non_negative_number(text: str | float) -> float:
     return value
 
 
+def _non_negative_int(text: str | int) -> int:
+    if isinstance(text, bool) or not isinstance(text, int | str):
+        raise ValueError(f"expected a non-negative integer, got {text!r}")
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
 def _positive_number(text: str | float) -> float:
     value = _non_negative_number(text)
     if value == 0:
@@ -169,6 +179,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("batch_max_delay_ms", 10.0, _non_negative_number,
            "longest a message waits for its batch to fill", "MS"),
     Option("compression", "lz4", parse_compression, "batch compression: none, lz4, zlib", "NAME"),
+    Option("rate_limit_messages", 0, _non_negative_int,
+           "messages per topic per rate-limit interval; beyond: rate_limited (0: no limit)", "N"),
+    Option("rate_limit_interval_s", 1.0, _positive_number,
+           "length of the rate-limit interval", "SECONDS"),
     Option("shutdown_timeout_s", 30.0, _non_negative_number,
            "on SIGTERM/SIGINT, how long to wait for receipts before discarding", "SECONDS"),
     Option("receipt_timeout_s", 30.0, _positive_number,
@@ -177,6 +191,56 @@ OPTIONS: tuple[Option, ...] = (
            "how often partition counts are re-checked (0: never)", "SECONDS"),
 )  # fmt: skip
 OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
+
+#: Options a ``[topics."pattern"]`` table of the config file may override.
+TOPIC_OPTIONS = (
+    "max_message_bytes",
+    "batch_max_messages",
+    "batch_max_bytes",
+    "batch_max_delay_ms",
+    "compression",
+    "rate_limit_messages",
+    "rate_limit_interval_s",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSettings:
+    """The per-topic options, resolved for one topic."""
+
+    max_message_bytes: int
+    batch_max_messages: int
+    batch_max_bytes: int
+    batch_max_delay_ms: float
+    compression: str
+    rate_limit_messages: int
+    rate_limit_interval_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOverride:
+    """One ``[topics."pattern"]`` table: a full topic name or a glob over full names."""
+
+    pattern: str
+    values: tuple[tuple[str, Any], ...]
+
+    @property
+    def is_glob(self) -> bool:
+        return any(char in self.pattern for char in "*?[")
+
+
+def qualify_topic_pattern(pattern: str) -> str:
+    """``t*`` -> ``persistent://public/default/t*``; ``tenant/ns/*`` -> ``persistent://tenant/ns/*``."""
+    if "://" in pattern:
+        return pattern
+    slashes = pattern.count("/")
+    if slashes == 0:
+        return f"persistent://public/default/{pattern}"
+    if slashes == 2:
+        return f"persistent://{pattern}"
+    raise ValueError(
+        f"expected a topic name or glob like t, tenant/ns/t or persistent://..., got {pattern!r}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +259,19 @@ class Config:
     shutdown_timeout_s: float
     receipt_timeout_s: float
     metadata_refresh_s: float
+    rate_limit_messages: int = 0
+    rate_limit_interval_s: float = 1.0
+    topic_overrides: tuple[TopicOverride, ...] = ()
+
+    def topic_settings(self, topic: str) -> TopicSettings:
+        """The options for ``topic`` (a full name): an exact override wins over the first
+        matching glob; options an override leaves out come from the global ones."""
+        values = {name: getattr(self, name) for name in TOPIC_OPTIONS}
+        exact = [o for o in self.topic_overrides if not o.is_glob and o.pattern == topic]
+        globbed = [o for o in self.topic_overrides if o.is_glob and fnmatchcase(topic, o.pattern)]
+        for override in (exact or globbed)[:1]:
+            values.update(override.values)
+        return TopicSettings(**values)
 
     @property
     def log_level_number(self) -> int:
@@ -209,7 +286,7 @@ def _read_file(path: str) -> dict[str, Any]:
         raise ConfigError(f"--config: cannot read {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"--config: {path} is not valid TOML: {exc}") from None
-    unknown = sorted(set(data) - set(OPTIONS_BY_NAME))
+    unknown = sorted(set(data) - set(OPTIONS_BY_NAME) - {"topics"})
     if unknown:
         raise ConfigError(f"--config: {path}: unknown key {unknown[0]!r}")
     return data
@@ -234,9 +311,37 @@ def load_config(
             values[option.name] = option.parse(raw)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{source}: {exc}") from None
-    config = Config(**values)
+    overrides = _topic_overrides(file_values.get("topics", {}), config_path)
+    config = Config(**values, topic_overrides=overrides)
     _check_consistency(config)
     return config
+
+
+def _topic_overrides(tables: Any, path: str | None) -> tuple[TopicOverride, ...]:
+    if not isinstance(tables, dict):
+        raise ConfigError(f'{path}: topics: expected tables like [topics."name"]')
+    overrides = []
+    for pattern, table in tables.items():
+        where = f"{path}: topics.{pattern!r}"
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: expected a table of options")
+        try:
+            qualified = qualify_topic_pattern(pattern)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        values = []
+        for key, raw in table.items():
+            if key not in TOPIC_OPTIONS:
+                raise ConfigError(
+                    f"{where}: {key!r} cannot be set per topic (expected one of "
+                    f"{', '.join(TOPIC_OPTIONS)})"
+                )
+            try:
+                values.append((key, OPTIONS_BY_NAME[key].parse(raw)))
+            except (ValueError, TypeError) as exc:
+                raise ConfigError(f"{where}.{key}: {exc}") from None
+        overrides.append(TopicOverride(qualified, tuple(values)))
+    return tuple(overrides)
 
 
 def _check_consistency(config: Config) -> None:

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import signal
 import socket
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 from pulsar_bruce import reasons
-from pulsar_bruce.batch.compression import CODECS
-from pulsar_bruce.config import Config
+from pulsar_bruce.config import TOPIC_OPTIONS, Config, ConfigError
 from pulsar_bruce.connection.broker_connection import ConnectionClosedError, ServerError
 from pulsar_bruce.connection.pool import ConnectionPool, TopicLookupError
 from pulsar_bruce.input.socket_reader import DatagramReader, open_datagram_socket
@@ -32,9 +32,10 @@ from pulsar_bruce.metrics.status import status_document
 from pulsar_bruce.parse.topic import is_partition_name, partition_name
 from pulsar_bruce.producer.backoff import Backoff
 from pulsar_bruce.producer.driver import ProducerDriver
-from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
+from pulsar_bruce.producer.partition_producer import PartitionProducer
 from pulsar_bruce.route.forwarder import Forwarder
 from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic_settings import TopicConfigurator
 from pulsar_bruce.service import systemd
 
 log = logging.getLogger(__name__)
@@ -45,23 +46,18 @@ _SHUTDOWN_POLL_S = 0.02
 class Server:
     """Owns every part of a running daemon; :meth:`serve` runs it until a stop signal."""
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, reload: Callable[[], Config] | None = None):
         self.config = config
+        self._reload = reload
         self.stats = Stats()
-        compression, compressor = CODECS[config.compression]
-        self.policy = BatchPolicy(
-            max_messages=config.batch_max_messages,
-            max_bytes=config.batch_max_bytes,
-            max_delay_s=config.batch_max_delay_ms / 1000.0,
-            compression=compression,
-            compressor=compressor,
-        )
+        self.topic_settings = TopicConfigurator(config)
         self.forwarder = Forwarder(
             self.stats,
             self,
             buffer_max_bytes=config.buffer_max_bytes,
-            max_message_bytes=config.max_message_bytes,
+            max_message_bytes=self.topic_settings.largest_message_bytes(),
         )
+        self._rate_refills: dict[str, asyncio.TimerHandle] = {}
         self.pool = ConnectionPool(config.service_url)
         self.metrics = Metrics(
             self.stats,
@@ -87,6 +83,7 @@ class Server:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.request_stop, signum)
+        loop.add_signal_handler(signal.SIGHUP, self.reload_topic_settings)
         if self.config.metrics_listen is not None:
             host, port = self.config.metrics_listen
             self.metrics_server = MetricsServer(
@@ -95,7 +92,10 @@ class Server:
             await self.metrics_server.start()
         sock = self._open_input_socket()
         self.reader = DatagramReader(
-            sock, self.forwarder.handle_datagram, self._flush_dirty, self.config.max_message_bytes
+            sock,
+            self.forwarder.handle_datagram,
+            self._flush_dirty,
+            self.forwarder.max_message_bytes,
         )
         self.reader.start()
         if self.config.metadata_refresh_s > 0:
@@ -196,7 +196,53 @@ class Server:
     # -- ForwarderEvents -------------------------------------------------------------
 
     def topic_added(self, topic: Topic) -> None:
+        self._apply_topic_settings(topic)
         self._spawn(self._resolve_partitions(topic))
+
+    def _apply_topic_settings(self, topic: Topic) -> None:
+        settings = self.topic_settings.apply(topic)
+        timer = self._rate_refills.pop(topic.name, None)
+        if timer is not None:
+            timer.cancel()
+        if settings.rate_limit_messages:
+            self._schedule_refill(topic, settings.rate_limit_interval_s)
+
+    def _schedule_refill(self, topic: Topic, interval_s: float) -> None:
+        def refill() -> None:
+            self.topic_settings.refill(topic)
+            self._schedule_refill(topic, interval_s)
+
+        loop = asyncio.get_running_loop()
+        self._rate_refills[topic.name] = loop.call_later(interval_s, refill)
+
+    def reload_topic_settings(self) -> None:
+        """SIGHUP: re-read the configuration and apply its per-topic settings, dropping nothing."""
+        if self._reload is None:
+            return
+        try:
+            config = self._reload()
+        except ConfigError as exc:
+            log.error("SIGHUP: configuration not reloaded: %s", exc)
+            return
+        self.topic_settings.reconfigure(config, [])
+        for topic in self.forwarder.topics_by_name.values():
+            self._apply_topic_settings(topic)
+        ignored = [
+            f.name
+            for f in dataclasses.fields(config)
+            if getattr(config, f.name) != getattr(self.config, f.name)
+            and f.name not in (*TOPIC_OPTIONS, "topic_overrides")
+        ]
+        if ignored:
+            log.warning("SIGHUP: %s take effect only on restart", ", ".join(ignored))
+        self.forwarder.max_message_bytes = min(
+            self.forwarder.max_message_bytes, self.topic_settings.largest_message_bytes()
+        )  # the socket buffer cannot grow without a restart
+        log.info(
+            "SIGHUP: per-topic settings reloaded (%d overrides, %d topics)",
+            len(config.topic_overrides),
+            len(self.forwarder.topics_by_name),
+        )
 
     def batch_opened(self, producer: PartitionProducer) -> None:
         self.drivers[producer.producer_id].arm_linger()
@@ -257,7 +303,9 @@ class Server:
                 log.info("%s grew to %d partitions", topic.name, count)
         new = []
         for index, name in enumerate(names, start=len(topic.producers)):
-            producer = PartitionProducer(name, index, next(self._producer_ids), self.policy)
+            producer = PartitionProducer(
+                name, index, next(self._producer_ids), self.topic_settings.policy(topic)
+            )
             driver = ProducerDriver(
                 producer,
                 topic,

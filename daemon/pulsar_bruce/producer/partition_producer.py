@@ -64,6 +64,7 @@ class PartitionProducer:
         "batch",
         "in_flight",
         "max_batch_bytes",
+        "max_message_size",
         "name",
         "next_sequence_id",
         "partition",
@@ -87,6 +88,7 @@ class PartitionProducer:
         self.next_sequence_id = 0
         #: The policy's limit, lowered to what fits the broker's max message size.
         self.max_batch_bytes = policy.max_bytes
+        self.max_message_size = DEFAULT_MAX_MESSAGE_SIZE
 
     # -- batching -------------------------------------------------------------
 
@@ -109,11 +111,17 @@ class PartitionProducer:
     ) -> None:
         """The broker accepted the producer (``ProducerSuccess``) on a connection."""
         self.name = name
-        self.max_batch_bytes = min(self.policy.max_bytes, max_message_size - SEND_FRAME_OVERHEAD)
+        self.max_message_size = max_message_size
+        self.set_policy(self.policy)
         if last_sequence_id + 1 > self.next_sequence_id:
             self.next_sequence_id = last_sequence_id + 1
         self.ready = True
         self.in_flight = 0
+
+    def set_policy(self, policy: BatchPolicy) -> None:
+        """New batching rules (configuration reload); the open batch keeps its messages."""
+        self.policy = policy
+        self.max_batch_bytes = min(policy.max_bytes, self.max_message_size - SEND_FRAME_OVERHEAD)
 
     def on_disconnected(self) -> None:
         """The connection (or the broker's producer) is gone; everything pending goes again."""

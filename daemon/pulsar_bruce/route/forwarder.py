@@ -89,6 +89,17 @@ class Forwarder:
             if topic is None:
                 self._reject(reasons.BAD_TOPIC, data)
                 return
+        if len(data) > topic.max_message_bytes:
+            self._reject(reasons.TOO_LARGE, data)
+            topic.stats.discard(reasons.TOO_LARGE, 1)
+            return
+        budget = topic.rate_budget
+        if budget is not None:
+            if budget <= 0:
+                stats.discard(reasons.RATE_LIMITED)
+                topic.stats.discard(reasons.RATE_LIMITED, 1)
+                return
+            topic.rate_budget = budget - 1
         key_field = encode_key_field(key) if key else b""
         size = len(data) - value_offset + len(key_field) + _ENTRY_OVERHEAD
         if stats.buffered_bytes + size > self.buffer_max_bytes:

@@ -20,7 +20,16 @@ Unrouted = tuple[bytes, int, bytes, int, int]
 class Topic:
     """A topic's producers (one per partition) and its routing state."""
 
-    __slots__ = ("_round_robin", "name", "partitioned", "producers", "stats", "unrouted")
+    __slots__ = (
+        "_round_robin",
+        "max_message_bytes",
+        "name",
+        "partitioned",
+        "producers",
+        "rate_budget",
+        "stats",
+        "unrouted",
+    )
 
     def __init__(self, name: str):
         self.name = name
@@ -30,6 +39,10 @@ class Topic:
         #: Messages that arrived before the partition count was known.
         self.unrouted: list[Unrouted] = []
         self.stats = TopicStats()
+        #: Per-topic limits, set by the edge from the configuration.
+        self.max_message_bytes = 1 << 62
+        #: Messages still allowed in the current rate-limit interval; ``None``: no limit.
+        self.rate_budget: int | None = None
         self._round_robin = -1
 
     def choose_any(self) -> PartitionProducer:

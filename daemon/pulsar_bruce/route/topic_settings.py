@@ -1,0 +1,84 @@
+"""Per-topic options applied to topics and their producers, sans-IO.
+
+Batching limits, compression, the largest message and the rate limit can be
+set per topic (exact name or glob) in the config file; this module turns the
+resolved :class:`TopicSettings` into the objects the hot path reads: a shared
+:class:`BatchPolicy` per distinct setting, ``Topic.max_message_bytes`` and the
+rate-limit budget.  On SIGHUP the same code runs again with the new file.
+"""
+
+from __future__ import annotations
+
+from pulsar_bruce.batch.compression import CODECS
+from pulsar_bruce.config import Config, TopicSettings
+from pulsar_bruce.producer.partition_producer import BatchPolicy
+from pulsar_bruce.route.router import Topic
+
+
+class TopicConfigurator:
+    """Resolves and applies per-topic settings; policies are shared between equal settings."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self._policies: dict[tuple[int, int, float, str], BatchPolicy] = {}
+        self.settings: dict[str, TopicSettings] = {}
+
+    def policy(self, topic: Topic) -> BatchPolicy:
+        settings = self.settings.get(topic.name) or self.config.topic_settings(topic.name)
+        key = (
+            settings.batch_max_messages,
+            settings.batch_max_bytes,
+            settings.batch_max_delay_ms,
+            settings.compression,
+        )
+        policy = self._policies.get(key)
+        if policy is None:
+            compression, compressor = CODECS[settings.compression]
+            policy = BatchPolicy(
+                max_messages=settings.batch_max_messages,
+                max_bytes=settings.batch_max_bytes,
+                max_delay_s=settings.batch_max_delay_ms / 1000.0,
+                compression=compression,
+                compressor=compressor,
+            )
+            self._policies[key] = policy
+        return policy
+
+    def apply(self, topic: Topic) -> TopicSettings:
+        """Set ``topic``'s limits (and its producers' policies) from the configuration."""
+        settings = self.config.topic_settings(topic.name)
+        self.settings[topic.name] = settings
+        topic.max_message_bytes = settings.max_message_bytes
+        if settings.rate_limit_messages:
+            if topic.rate_budget is None or topic.rate_budget > settings.rate_limit_messages:
+                topic.rate_budget = settings.rate_limit_messages
+        else:
+            topic.rate_budget = None
+        policy = self.policy(topic)
+        for producer in topic.producers:
+            producer.set_policy(policy)
+        return settings
+
+    def refill(self, topic: Topic) -> None:
+        """A new rate-limit interval starts."""
+        settings = self.settings.get(topic.name)
+        if settings is not None and settings.rate_limit_messages:
+            topic.rate_budget = settings.rate_limit_messages
+
+    def reconfigure(self, config: Config, topics: list[Topic]) -> None:
+        """SIGHUP: the same topics under the new configuration."""
+        self.config = config
+        self._policies.clear()
+        for topic in topics:
+            self.apply(topic)
+
+    def largest_message_bytes(self) -> int:
+        """What the socket reader must be able to receive."""
+        sizes = [self.config.max_message_bytes]
+        sizes += [
+            value
+            for override in self.config.topic_overrides
+            for name, value in override.values
+            if name == "max_message_bytes"
+        ]
+        return max(sizes)
