@@ -18,6 +18,7 @@ from pulsar_bruce import __version__
 from pulsar_bruce.config import OPTIONS, Config, ConfigError, load_config
 from pulsar_bruce.input.socket_reader import SocketInUseError
 from pulsar_bruce.metrics.status import render_status
+from pulsar_bruce.service.logs import setup_logging
 from pulsar_bruce.service.systemd import ActivationError
 
 log = logging.getLogger("pulsar_bruce")
@@ -79,11 +80,7 @@ def main(
 
 
 def _serve(config: Config, reload: Callable[[], Config]) -> None:
-    logging.basicConfig(
-        level=config.log_level_number,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging(config.log_level_number)
     from pulsar_bruce.server import Server
 
     async def run() -> None:
