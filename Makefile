@@ -27,6 +27,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check daemon client_lib tests examples $(wildcard bench)
 	$(BIN)/mypy daemon/pulsar_bruce client_lib/to_pulsar
 
+## bench: throughput, CPU, latency and memory vs the official client (a few minutes; see bench/)
+bench: $(STAMP)
+	$(BIN)/python bench/throughput.py $(BENCH_ARGS)
+
 ## proto: regenerate daemon/pulsar_bruce/frame/pulsar_api_pb2.py(i) from proto/
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -Iproto \

@@ -131,6 +131,8 @@ class FakeBroker:
         self.max_message_size = max_message_size  # announced in Connected when set
         #: A LookupAnswer, or a callable ``(Lookup) -> LookupAnswer``.
         self.lookup: LookupAnswer | Callable[[Lookup], LookupAnswer] = LookupAnswer()
+        #: topic (full partition name) -> ServerError code answered to its Producer command.
+        self.refuse_producers: dict[str, int] = {}
         self.port = 0
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -400,6 +402,14 @@ class FakeBroker:
                 ProducerRequest(conn.id, request.topic, request.producer_id, requested, name)
             )
         await self._producers_released.wait()
+        refusal = self.refuse_producers.get(request.topic)
+        if refusal is not None:
+            error = _T(type=_T.ERROR)
+            error.error.request_id = request.request_id
+            error.error.error = refusal  # type: ignore[assignment]
+            error.error.message = "refused by the fake broker"
+            conn.send(error)
+            return
         conn.producers[request.producer_id] = (request.topic, name)
         reply = _T(type=_T.PRODUCER_SUCCESS)
         reply.producer_success.request_id = request.request_id

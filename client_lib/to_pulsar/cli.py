@@ -5,11 +5,16 @@ The only module allowed to import click; the rest of the package is stdlib-only.
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import TextIO
 
 import click
+from click.shell_completion import get_completion_class
 
 from .client import Sender
 from .encoding import encode_any_partition, encode_partition_key
@@ -17,19 +22,56 @@ from .errors import InvalidMessageError, ToPulsarError
 from .paths import DEFAULT_SOCKET_PATH, SOCKET_ENV_VAR
 
 PROG = "to_pulsar"
+# The variable click's completion protocol reads: _{PROG}_COMPLETE, upper-cased.
+COMPLETE_VAR = "_TO_PULSAR_COMPLETE"
+SHELLS = ("bash", "zsh", "fish")
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # daemon unavailable, or a send failed (timeout, too large)
+EXIT_USAGE = 2  # click's convention for usage errors
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 EPILOG = f"""\b
 Examples:
   {PROG} --topic my-topic --value 'hello'
-  {PROG} --topic public/default/events --key user42 --partition-key 7 --value '{{"a":1}}'
+  {PROG} --topic clicks --key user42 --value '{{"a":1}}'
+  {PROG} --topic public/default/events --partition-key 7 --value '{{"a":1}}'
   {PROG} --topic persistent://acme/logs/raw --stdin < event.bin
   {PROG} --topic load-test --value x --count 1000 --interval-us 500
+  {PROG} --topic load-test --value-size 1024 --count 1000000 --progress
+
+\b
+Load generation: --count N sends the message N times, message i due at
+start + i * --interval-us (no drift; 0 = as fast as the daemon takes them).
+The timestamp is taken per message unless --timestamp fixes it. With a
+terminal on stderr a progress line (sent/total, msg/s, elapsed) and a
+summary are shown; --progress / --no-progress force it on or off. Ctrl-C
+stops the run, prints what was sent and exits 130.
+
+\b
+Shell completion (click's), e.g. in ~/.bashrc, ~/.zshrc or fish's completions:
+  eval "$({COMPLETE_VAR}=bash_source {PROG})"
+  eval "$({COMPLETE_VAR}=zsh_source {PROG})"
+  {COMPLETE_VAR}=fish_source {PROG} > ~/.config/fish/completions/{PROG}.fish
+or print the same script with: {PROG} --completion bash|zsh|fish
+
+\b
+Exit status:
+  {EXIT_OK}    every message was sent
+  {EXIT_FAILED}    the daemon is unavailable or a send failed (queue full past
+       the timeout, message too large); one line on stderr
+  {EXIT_USAGE}    usage error (bad or missing option, invalid message)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C); the summary says how many were sent
 """
 
 INT32_MIN = -(2**31)
 UINT32_MAX = 2**32 - 1
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
+
+# Unpaced load generation looks at the clock (and the progress line) once per chunk.
+CHUNK = 1024
+PROGRESS_PERIOD = 0.1  # seconds: at most ~10 progress redraws per second
 
 
 def _encoder(
@@ -41,27 +83,172 @@ def _encoder(
     return lambda ts: encode_partition_key(partition_key, topic, value, key, ts)
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+def _rate(sent: int, elapsed: float) -> float:
+    return sent / elapsed if elapsed > 0 else 0.0
 
 
-def _send_paced(
-    sender: Sender,
-    encode: Callable[[int], bytes],
-    timestamp_ms: int | None,
-    count: int,
-    interval_us: int,
-) -> None:
-    """Send ``count`` messages, message i due at start + i * interval (no drift)."""
-    fixed = None if timestamp_ms is None else encode(timestamp_ms)
-    interval = interval_us / 1_000_000
-    start = time.perf_counter()
-    for i in range(count):
-        if interval and i:
-            delay = start + i * interval - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-        sender.send_raw(fixed if fixed is not None else encode(_now_ms()))
+def _summary(sent: int, elapsed: float, total: int | None = None) -> str:
+    """``sent N messages in X s (R msg/s)``, with ``of TOTAL`` when the run stopped early."""
+    of = "" if total is None else f" of {total}"
+    noun = "message" if sent == 1 and total is None else "messages"
+    return f"sent {sent}{of} {noun} in {elapsed:.2f} s ({_rate(sent, elapsed):.0f} msg/s)"
+
+
+class _Progress:
+    """A ``\\r``-rewritten progress line on stderr, redrawn at most every PROGRESS_PERIOD."""
+
+    def __init__(self, total: int, stream: TextIO) -> None:
+        self._total = total
+        self._stream = stream
+        self._width = 0
+        self._started = self._next_draw = time.perf_counter()
+
+    def start(self, started: float) -> None:
+        self._started = self._next_draw = started
+
+    def tick(self, sent: int) -> None:
+        """Called once per chunk of sends: redraw if the period has passed."""
+        now = time.perf_counter()
+        if now >= self._next_draw:
+            self._draw(sent, now)
+            self._next_draw = now + PROGRESS_PERIOD
+
+    def finish(self, sent: int) -> None:
+        """Draw the final state and end the line, so what follows starts on its own line."""
+        self._draw(sent, time.perf_counter())
+        self._stream.write("\n")
+        self._stream.flush()
+
+    def _draw(self, sent: int, now: float) -> None:
+        elapsed = now - self._started
+        line = (
+            f"sent {sent}/{self._total} ({sent * 100 // self._total}%)"
+            f"  {_rate(sent, elapsed):.0f} msg/s  {elapsed:.1f} s"
+        )
+        # Pad over the previous line: no terminal escapes, so a pipe gets plain text too.
+        self._stream.write("\r" + line.ljust(self._width))
+        self._stream.flush()
+        self._width = len(line)
+
+
+class _Run:
+    """Send ``count`` messages, message i due at start + i * interval (no drift).
+
+    The per-message loops do nothing but send and test one flag (plus the sleep when
+    paced, and the timestamp when it is "now"): counting and the clock are per chunk.
+
+    Ctrl-C must not land between a send returning and it being counted, so while the
+    run lasts SIGINT only raises a flag, which the loops check after each send; it
+    raises KeyboardInterrupt at once while the run sleeps between paced sends (no send
+    in flight) and on a second Ctrl-C (e.g. stuck on a full queue). ``sent`` is then
+    exact after ``run()`` returns or raises (but for that second Ctrl-C: within one).
+    """
+
+    def __init__(
+        self,
+        send: Callable[[bytes], None],
+        encode: Callable[[int], bytes],
+        timestamp_ms: int | None,
+        count: int,
+        interval_us: int,
+        progress: _Progress | None,
+    ) -> None:
+        self._send = send
+        self._encode = encode
+        self._timestamp_ms = timestamp_ms
+        self._count = count
+        self._interval = interval_us / 1_000_000
+        self._progress = progress
+        self.sent = 0
+        self.started = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def run(self) -> None:
+        interrupted = sleeping = False
+
+        def on_sigint(signum: int, frame: FrameType | None) -> None:
+            nonlocal interrupted
+            if sleeping or interrupted:
+                raise KeyboardInterrupt
+            interrupted = True
+
+        send, encode, count = self._send, self._encode, self._count
+        interval, progress = self._interval, self._progress
+        fixed = None if self._timestamp_ms is None else encode(self._timestamp_ms)
+        # Paced: chunks last about one progress period (sleeps dominate anyway).
+        chunk = min(CHUNK, max(1, int(PROGRESS_PERIOD / interval))) if interval else CHUNK
+        perf_counter, sleep, time_ns = time.perf_counter, time.sleep, time.time_ns
+        datagram, last_ms = b"", -1
+        done = i = 0
+        # Only replace Python's default: keep an inherited SIG_IGN (nohup) or an embedder's.
+        previous_sigint = signal.getsignal(signal.SIGINT)
+        own_sigint = (
+            previous_sigint is signal.default_int_handler
+            and threading.current_thread() is threading.main_thread()
+        )
+        if own_sigint:
+            signal.signal(signal.SIGINT, on_sigint)
+        start = self.started = perf_counter()
+        if progress is not None:
+            progress.start(start)
+        try:
+            while done < count:
+                n = min(chunk, count - done)
+                if interval:
+                    for i in range(n):
+                        delay = start + (done + i) * interval - perf_counter()
+                        if delay > 0:
+                            sleeping = True
+                            if interrupted:  # Ctrl-C came just before: message i not sent
+                                raise KeyboardInterrupt
+                            sleep(delay)
+                            sleeping = False
+                        send(fixed if fixed is not None else encode(time_ns() // 1_000_000))
+                        if interrupted:
+                            i += 1  # message i was sent
+                            raise KeyboardInterrupt
+                elif fixed is not None:
+                    for i in range(n):
+                        send(fixed)
+                        if interrupted:
+                            i += 1
+                            raise KeyboardInterrupt
+                else:
+                    for i in range(n):
+                        # Re-encode only when the millisecond changes: same bytes, less work.
+                        ms = time_ns() // 1_000_000
+                        if ms != last_ms:
+                            datagram, last_ms = encode(ms), ms
+                        send(datagram)
+                        if interrupted:
+                            i += 1
+                            raise KeyboardInterrupt
+                done, i = done + n, 0  # from here on, ``done`` alone is what was sent
+                if progress is not None:
+                    progress.tick(done)
+        except BaseException as exc:
+            self.sent = done + i  # message i failed or was not sent
+            if interrupted and not isinstance(exc, KeyboardInterrupt):
+                # e.g. a send stuck on a full queue timed out after Ctrl-C: report Ctrl-C.
+                raise KeyboardInterrupt from exc
+            raise
+        finally:
+            if own_sigint:
+                signal.signal(signal.SIGINT, previous_sigint)
+        self.sent = done
+
+
+def _print_completion(ctx: click.Context, param: click.Parameter, shell: str | None) -> None:
+    """``--completion SHELL``: print click's completion script for SHELL and exit 0."""
+    if shell is None or ctx.resilient_parsing:
+        return
+    complete_class = get_completion_class(shell)
+    if complete_class is None:  # unreachable: click.Choice only lets SHELLS through
+        raise click.BadParameter(f"unsupported shell {shell!r}", ctx, param)
+    click.echo(complete_class(ctx.command, {}, PROG, COMPLETE_VAR).source())
+    ctx.exit(EXIT_OK)
 
 
 @click.command(
@@ -74,6 +261,8 @@ def _send_paced(
     "--socket_path",
     "socket_path",
     metavar="PATH",
+    # click.Path only for file-name completion: no checks (the connect reports problems).
+    type=click.Path(readable=False),
     default=None,
     help=f"Daemon socket. [default: ${SOCKET_ENV_VAR}, else {DEFAULT_SOCKET_PATH}]",
 )
@@ -81,6 +270,15 @@ def _send_paced(
 @click.option("--value", metavar="TEXT", default=None, help="Message value (UTF-8 encoded).")
 @click.option(
     "--stdin", "use_stdin", is_flag=True, help="Read the value from stdin, byte for byte."
+)
+@click.option(
+    "--value-size",
+    "--value_size",
+    "value_size",
+    metavar="BYTES",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Instead of --value/--stdin: a generated value of BYTES bytes ('x'), for load tests.",
 )
 @click.option("--key", metavar="TEXT", default="", help="Message key (UTF-8). [default: none]")
 @click.option(
@@ -115,42 +313,101 @@ def _send_paced(
     type=click.IntRange(min=0),
     default=0,
     show_default=True,
-    help="Microseconds between sends when --count > 1.",
+    help="Microseconds between sends when --count > 1 (0: as fast as possible).",
+)
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Progress line and summary on stderr. [default: when --count > 1 and stderr is a TTY]",
+)
+@click.option(
+    "--completion",
+    metavar="SHELL",
+    type=click.Choice(SHELLS),
+    default=None,
+    is_eager=True,
+    expose_value=False,
+    callback=_print_completion,
+    help="Print the shell completion script for SHELL (bash, zsh, fish) and exit.",
 )
 def command(
     socket_path: str | None,
     topic: str,
     value: str | None,
     use_stdin: bool,
+    value_size: int | None,
     key: str,
     partition_key: int | None,
     timestamp: int | None,
     count: int,
     interval_us: int,
+    progress: bool | None,
 ) -> None:
-    """Send a message to Apache Pulsar through the local pulsar-bruce daemon."""
-    if (value is not None) == use_stdin:
-        raise click.UsageError("exactly one of --value or --stdin is required")
+    """Send a message to Apache Pulsar through the local pulsar-bruce daemon.
+
+    Each message is one Bruce datagram on the daemon's UNIX socket: AnyPartition
+    (the daemon picks the partition), or PartitionKey with --partition-key N
+    (partition N % partitions). The value is --value, stdin byte for byte with
+    --stdin, or BYTES generated bytes with --value-size. With --count and
+    --interval-us the command is a paced load generator.
+    """
+    if sum((value is not None, use_stdin, value_size is not None)) != 1:
+        raise click.UsageError(
+            "exactly one of --value or --stdin is required (or --value-size to generate one)"
+        )
     if timestamp is not None and not INT64_MIN <= timestamp <= INT64_MAX:
         raise click.BadParameter(
             "must fit in an int64 (ms since the epoch)", param_hint="'--timestamp'"
         )
-    # surrogateescape gives back the exact argv bytes, even if they are not UTF-8.
-    payload = sys.stdin.buffer.read() if value is None else value.encode("utf-8", "surrogateescape")
+    if value_size is not None:
+        payload = b"x" * value_size
+    elif value is None:
+        payload = sys.stdin.buffer.read()
+    else:
+        # surrogateescape gives back the exact argv bytes, even if they are not UTF-8.
+        payload = value.encode("utf-8", "surrogateescape")
     encode = _encoder(topic, payload, key.encode("utf-8", "surrogateescape"), partition_key)
     try:
         encode(0)  # validate before touching the socket: a bad message is a usage error
     except InvalidMessageError as exc:
         raise click.UsageError(str(exc)) from exc
+    if progress is None:
+        progress = count > 1 and sys.stderr.isatty()
+    bar = _Progress(count, sys.stderr) if progress else None
+    run: _Run | None = None
     try:
         with Sender(socket_path) as sender:
-            _send_paced(sender, encode, timestamp, count, interval_us)
+            run = _Run(sender.send_raw, encode, timestamp, count, interval_us, bar)
+            run.run()
     except ToPulsarError as exc:
-        raise click.ClickException(str(exc)) from exc
+        message = str(exc)
+        if run is not None:
+            if bar is not None:
+                bar.finish(run.sent)
+            if count > 1:
+                message += f" (after sending {run.sent} of {count} messages)"
+        raise click.ClickException(message) from exc
+    except KeyboardInterrupt:
+        if run is None:  # still connecting: nothing sent
+            raise
+        elapsed = run.elapsed()
+        if bar is not None:
+            bar.finish(run.sent)
+        click.echo(f"{PROG}: interrupted: {_summary(run.sent, elapsed, count)}", err=True)
+        click.get_current_context().exit(EXIT_INTERRUPTED)
+    if bar is not None:
+        elapsed = run.elapsed()
+        bar.finish(count)
+        click.echo(_summary(count, elapsed), err=True)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Console-script entry point: one ``to_pulsar: error: ...`` line, never a traceback."""
+    """Console-script entry point: one ``to_pulsar: error: ...`` line, never a traceback.
+
+    Exit status: 0 all sent, 1 daemon unavailable or send failed, 2 usage error,
+    130 interrupted. Click's completion protocol (``_TO_PULSAR_COMPLETE``) is
+    handled by ``command.main`` before any of this.
+    """
     try:
         code = command.main(args=argv, prog_name=PROG, standalone_mode=False)
     except click.ClickException as exc:
@@ -159,11 +416,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.Abort:
         click.echo(f"{PROG}: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except OSError as exc:  # e.g. reading stdin failed
         click.echo(f"{PROG}: error: {exc.strerror or exc}", err=True)
-        sys.exit(1)
-    sys.exit(code if isinstance(code, int) else 0)
+        sys.exit(EXIT_FAILED)
+    sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 
 if __name__ == "__main__":

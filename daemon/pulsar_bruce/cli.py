@@ -15,7 +15,8 @@ from typing import Any
 import click
 
 from pulsar_bruce import __version__
-from pulsar_bruce.config import OPTIONS, Config, ConfigError, load_config
+from pulsar_bruce.config import AUTH_TOKEN_ENV, OPTIONS, Config, ConfigError, load_config
+from pulsar_bruce.connection.security import ConnectionSecurity
 from pulsar_bruce.input.socket_reader import SocketInUseError
 from pulsar_bruce.metrics.status import render_status
 from pulsar_bruce.service.logs import setup_logging
@@ -26,12 +27,15 @@ log = logging.getLogger("pulsar_bruce")
 
 def _add_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(OPTIONS):
+        default = "none" if option.default is None else option.default
+        if option.is_switch:
+            default = str(default).lower()
         command = click.option(
-            option.flag,
+            option.cli_flag or option.flag,
             option.name,
             default=None,
-            metavar=option.metavar,
-            help=f"{option.help} [default: {option.default}; env {option.env}]",
+            metavar=None if option.is_switch else option.metavar,
+            help=f"{option.help} [default: {default}; env {option.env}]",
         )(command)
     return command
 
@@ -74,6 +78,11 @@ def main(
         ctx.obj = config
         return
     if check_config:
+        try:  # the TLS and token files must be usable too
+            ConnectionSecurity.from_config(config)
+        except ConfigError as exc:
+            click.echo(f"pulsar-bruce: error: {exc}", err=True)
+            sys.exit(2)
         click.echo(effective_config_toml(config), nl=False)
         return
     _serve(config, lambda: load_config(command_line, os.environ, config_path))
@@ -94,6 +103,9 @@ def _serve(config: Config, reload: Callable[[], Config]) -> None:
         runner = asyncio.run
     try:
         runner(run())
+    except ConfigError as exc:  # e.g. a TLS or token file that cannot be used
+        click.echo(f"pulsar-bruce: error: {exc}", err=True)
+        sys.exit(2)
     except (SocketInUseError, ActivationError, PermissionError, OSError) as exc:
         click.echo(f"pulsar-bruce: error: {exc}", err=True)
         sys.exit(1)
@@ -149,15 +161,22 @@ def effective_config_toml(config: Config) -> str:
     lines = []
     for option in OPTIONS:
         value = getattr(config, option.name)
-        if option.name == "socket_mode":
-            text = f'"{value:04o}"'
-        elif option.name == "metrics_listen":
+        if option.name == "metrics_listen":
             text = '"off"' if value is None else f'"{value[0]}:{value[1]}"'
+        elif value is None:
+            lines.append(f"# {option.name}: not set")
+            continue
+        elif isinstance(value, bool):
+            text = "true" if value else "false"
+        elif option.name == "socket_mode":
+            text = f'"{value:04o}"'
         elif isinstance(value, str):
             text = json.dumps(value)
         else:
             text = repr(value)
         lines.append(f"{option.name} = {text}")
+    if config.auth_token is not None:
+        lines.append(f"# auth token: from {AUTH_TOKEN_ENV} (not shown)")
     return "\n".join(lines) + "\n"
 
 

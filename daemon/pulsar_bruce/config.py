@@ -19,9 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from pulsar_bruce.batch.compression import CODECS
+from pulsar_bruce.connection.auth import Secret
 from pulsar_bruce.connection.pool import ServiceUrl
+from pulsar_bruce.input.socket_reader import group_id
 
 ENV_PREFIX = "PULSAR_BRUCE_"
+#: The auth token itself (not a path); deliberately neither a flag nor a file key.
+AUTH_TOKEN_ENV = ENV_PREFIX + "AUTH_TOKEN"
 
 
 class ConfigError(Exception):
@@ -144,6 +148,49 @@ def _positive_number(text: str | float) -> float:
     return value
 
 
+def _optional_path(value: object) -> str | None:
+    return None if value is None else _path(value)
+
+
+def parse_bool(value: object) -> bool:
+    """A TOML boolean, or ``true``/``false`` (also ``yes``/``no``, ``on``/``off``, ``1``/``0``)."""
+    if isinstance(value, bool):
+        return value
+    text = _text(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def parse_group(value: object) -> str | None:
+    """A group name or numeric id that exists (checked now, resolved again at bind)."""
+    if value is None:
+        return None
+    name = str(value) if isinstance(value, int) and not isinstance(value, bool) else _text(value)
+    name = name.strip()
+    if not name:
+        raise ValueError("expected a group name or id, got an empty string")
+    try:
+        group_id(name)
+    except KeyError:
+        raise ValueError(f"unknown group {name!r}") from None
+    return name
+
+
+def _optional_dir(value: object) -> str:
+    """A directory path, or the empty string for "off"."""
+    return _text(value).strip()
+
+
+def parse_fsync_policy(value: object) -> str:
+    policy = _text(value).strip().lower()
+    if policy not in ("always", "interval", "never"):
+        raise ValueError(f"expected always, interval or never, got {value!r}")
+    return policy
+
+
 @dataclass(frozen=True, slots=True)
 class Option:
     name: str
@@ -151,10 +198,19 @@ class Option:
     parse: Callable[[Any], Any]
     help: str
     metavar: str = "VALUE"
+    #: Click declaration when it is not ``--<name>``, e.g. an on/off flag pair.
+    cli_flag: str | None = None
 
     @property
     def flag(self) -> str:
+        if self.cli_flag is not None:
+            return self.cli_flag.split("/", 1)[0]
         return "--" + self.name.replace("_", "-")
+
+    @property
+    def is_switch(self) -> bool:
+        """An on/off flag pair on the command line (true/false in the environment and file)."""
+        return self.cli_flag is not None and "/" in self.cli_flag
 
     @property
     def env(self) -> str:
@@ -165,8 +221,22 @@ OPTIONS: tuple[Option, ...] = (
     Option("socket", "/run/pulsar-bruce/bruce.sock", _path,
            "UNIX datagram socket to receive on (ignored under socket activation)", "PATH"),
     Option("socket_mode", "0660", parse_octal_mode, "permissions of the socket file", "OCTAL"),
+    Option("socket_group", None, parse_group,
+           "group of the socket file (name or id; default: the daemon's)", "NAME"),
     Option("service_url", "pulsar://localhost:6650", parse_service_url,
            "Pulsar service URL, pulsar:// or pulsar+ssl://", "URL"),
+    Option("tls_ca_file", None, _optional_path,
+           "PEM CA certificates to trust for pulsar+ssl:// (default: the system's)", "PATH"),
+    Option("tls_cert_file", None, _optional_path,
+           "PEM client certificate for pulsar+ssl:// (with --tls-key-file)", "PATH"),
+    Option("tls_key_file", None, _optional_path,
+           "PEM unencrypted private key of --tls-cert-file", "PATH"),
+    Option("tls_verify_hostname", True, parse_bool,
+           "check the broker certificate's name against the host connected to", "",
+           "--tls-hostname-verification/--no-tls-hostname-verification"),
+    Option("auth_token_file", None, _optional_path,
+           "file holding a Pulsar auth token, re-read for every new connection "
+           f"(or the token itself in ${AUTH_TOKEN_ENV})", "PATH"),
     Option("metrics_listen", "127.0.0.1:9090", parse_listen,
            "Prometheus /metrics address, or off", "HOST:PORT"),
     Option("buffer_max_bytes", "256MiB", parse_size,
@@ -185,8 +255,32 @@ OPTIONS: tuple[Option, ...] = (
            "length of the rate-limit interval", "SECONDS"),
     Option("shutdown_timeout_s", 30.0, _non_negative_number,
            "on SIGTERM/SIGINT, how long to wait for receipts before discarding", "SECONDS"),
+    Option("send_timeout_s", 30.0, _non_negative_number,
+           "a batch not acked this long after it was sealed is discarded as send_timeout "
+           "(0: never)", "SECONDS"),
+    Option("max_send_attempts", 10, _non_negative_int,
+           "a batch written this many times is discarded as retries_exhausted (0: no limit)",
+           "N"),
     Option("receipt_timeout_s", 30.0, _positive_number,
            "a batch unconfirmed this long makes the daemon reconnect and resend", "SECONDS"),
+    Option("spool_dir", "", _optional_dir,
+           "directory of the disk spool; empty: no spool (overflow is discarded as buffer_full)",
+           "PATH"),
+    Option("spool_max_bytes", "1GiB", parse_size, "size cap of the disk spool", "SIZE"),
+    Option("spool_fsync", "interval", parse_fsync_policy,
+           "always (every record), interval (about once a second) or never", "POLICY"),
+    Option("spool_after_s", 10.0, _non_negative_number,
+           "with a spool: no broker reachable this long sends new messages to disk", "SECONDS"),
+    Option("producer_name_prefix", "auto", _text,
+           "producer names stable across restarts (auto: from host and socket; empty: "
+           "the broker names them)", "TEXT"),
+    Option("discard_log", "", _optional_dir,
+           "file for one JSON line per discarded or possibly duplicated message (empty: off)",
+           "PATH"),
+    Option("discard_log_max_bytes", "64MiB", parse_size,
+           "size at which the discard log is rotated", "SIZE"),
+    Option("discard_log_archives", 5, _non_negative_int,
+           "rotated discard logs kept", "N"),
     Option("metadata_refresh_s", 60.0, _non_negative_number,
            "how often partition counts are re-checked (0: never)", "SECONDS"),
 )  # fmt: skip
@@ -257,11 +351,29 @@ class Config:
     batch_max_delay_ms: float
     compression: str
     shutdown_timeout_s: float
+    send_timeout_s: float
+    max_send_attempts: int
     receipt_timeout_s: float
+    spool_dir: str
+    spool_max_bytes: int
+    spool_fsync: str
+    spool_after_s: float
+    producer_name_prefix: str
+    discard_log: str
+    discard_log_max_bytes: int
+    discard_log_archives: int
     metadata_refresh_s: float
     rate_limit_messages: int = 0
     rate_limit_interval_s: float = 1.0
     topic_overrides: tuple[TopicOverride, ...] = ()
+    socket_group: str | None = None
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_verify_hostname: bool = True
+    auth_token_file: str | None = None
+    #: From $PULSAR_BRUCE_AUTH_TOKEN; a Secret, so no repr or log line shows it.
+    auth_token: Secret | None = None
 
     def topic_settings(self, topic: str) -> TopicSettings:
         """The options for ``topic`` (a full name): an exact override wins over the first
@@ -312,7 +424,7 @@ def load_config(
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{source}: {exc}") from None
     overrides = _topic_overrides(file_values.get("topics", {}), config_path)
-    config = Config(**values, topic_overrides=overrides)
+    config = Config(**values, topic_overrides=overrides, auth_token=_auth_token(environ))
     _check_consistency(config)
     return config
 
@@ -344,6 +456,25 @@ def _topic_overrides(tables: Any, path: str | None) -> tuple[TopicOverride, ...]
     return tuple(overrides)
 
 
+def _auth_token(environ: Mapping[str, str]) -> Secret | None:
+    """The token from the environment; error messages never include its value."""
+    if AUTH_TOKEN_ENV not in environ:
+        return None
+    token = environ[AUTH_TOKEN_ENV].strip()
+    if not token:
+        raise ConfigError(f"{AUTH_TOKEN_ENV}: is set but empty")
+    return Secret(token)
+
+
 def _check_consistency(config: Config) -> None:
     if config.batch_max_bytes > config.buffer_max_bytes:
         raise ConfigError("--batch-max-bytes: must not exceed --buffer-max-bytes")
+    if (config.tls_cert_file is None) != (config.tls_key_file is None):
+        missing = "--tls-key-file" if config.tls_key_file is None else "--tls-cert-file"
+        raise ConfigError(
+            f"{missing}: --tls-cert-file and --tls-key-file go together (give both or neither)"
+        )
+    if config.auth_token is not None and config.auth_token_file is not None:
+        raise ConfigError(
+            f"--auth-token-file: {AUTH_TOKEN_ENV} is set too; give the token one way only"
+        )

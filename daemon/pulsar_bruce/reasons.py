@@ -12,6 +12,8 @@ RATE_LIMITED: Final = "rate_limited"
 BROKER_REJECTED: Final = "broker_rejected"
 RETRIES_EXHAUSTED: Final = "retries_exhausted"
 SHUTDOWN: Final = "shutdown"
+#: Not acked within ``--send-timeout-s`` of being sealed (the topic is stuck).
+SEND_TIMEOUT: Final = "send_timeout"
 
 ALL: Final = (
     MALFORMED,
@@ -24,4 +26,5 @@ ALL: Final = (
     BROKER_REJECTED,
     RETRIES_EXHAUSTED,
     SHUTDOWN,
+    SEND_TIMEOUT,
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import itertools
 import logging
 import signal
@@ -24,19 +25,23 @@ from pulsar_bruce import reasons
 from pulsar_bruce.config import TOPIC_OPTIONS, Config, ConfigError
 from pulsar_bruce.connection.broker_connection import ConnectionClosedError, ServerError
 from pulsar_bruce.connection.pool import ConnectionPool, TopicLookupError
+from pulsar_bruce.connection.security import ConnectionSecurity
 from pulsar_bruce.input.socket_reader import DatagramReader, open_datagram_socket
+from pulsar_bruce.metrics.discard_log import DiscardLog
 from pulsar_bruce.metrics.http import MetricsServer
 from pulsar_bruce.metrics.registry import Metrics
 from pulsar_bruce.metrics.stats import Stats
 from pulsar_bruce.metrics.status import status_document
 from pulsar_bruce.parse.topic import is_partition_name, partition_name
 from pulsar_bruce.producer.backoff import Backoff
-from pulsar_bruce.producer.driver import ProducerDriver
+from pulsar_bruce.producer.driver import DeliveryPolicy, ProducerDriver
 from pulsar_bruce.producer.partition_producer import PartitionProducer
 from pulsar_bruce.route.forwarder import Forwarder
 from pulsar_bruce.route.router import Topic
 from pulsar_bruce.route.topic_settings import TopicConfigurator
 from pulsar_bruce.service import systemd
+from pulsar_bruce.spool.spooler import Spooler
+from pulsar_bruce.spool.store import SpoolStore
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +63,30 @@ class Server:
             max_message_bytes=self.topic_settings.largest_message_bytes(),
         )
         self._rate_refills: dict[str, asyncio.TimerHandle] = {}
-        self.pool = ConnectionPool(config.service_url)
+        self.spooler: Spooler | None = None
+        if config.spool_dir:
+            self.spooler = Spooler(
+                SpoolStore(config.spool_dir, config.spool_max_bytes, config.spool_fsync),
+                self.forwarder,
+                broker_reachable=lambda: bool(self.pool.connections),
+                after_flush=self._flush_dirty,
+                unreachable_after_s=config.spool_after_s,
+            )
+        if config.discard_log:
+            self.forwarder.discard_log = DiscardLog(
+                config.discard_log, config.discard_log_max_bytes, config.discard_log_archives
+            )
+        self.producer_name = stable_producer_name(config.producer_name_prefix, config.socket)
+        self.delivery = DeliveryPolicy(
+            receipt_timeout_s=config.receipt_timeout_s,
+            send_timeout_s=config.send_timeout_s,
+            max_send_attempts=config.max_send_attempts,
+        )
+        # TLS context and credentials, built once (ConfigError naming the option if unusable).
+        self.security = ConnectionSecurity.from_config(config)
+        self.pool = ConnectionPool(
+            config.service_url, ssl_context=self.security.ssl_context, auth=self.security.auth
+        )
         self.metrics = Metrics(
             self.stats,
             lambda: self.forwarder.topics_by_name.values(),
@@ -98,6 +126,9 @@ class Server:
             self.forwarder.max_message_bytes,
         )
         self.reader.start()
+        if self.spooler is not None:
+            self.spooler.open()
+            self._spawn(self.spooler.run())
         if self.config.metadata_refresh_s > 0:
             self._spawn(self._refresh_metadata_periodically())
         if self.notifier.enabled:
@@ -109,6 +140,8 @@ class Server:
             self.config.service_url,
             "{}:{}".format(*self.config.metrics_listen) if self.config.metrics_listen else "off",
         )
+        for warning in self.security.warnings:
+            log.warning("%s", warning)
         self.started.set()
         self.notifier.ready(self._status())
         await self._stop.wait()
@@ -134,18 +167,27 @@ class Server:
         self.notifier.stopping(self._status())
         reader = self.reader
         if reader is not None:
-            reader.stop()
-            while reader.drain():
-                pass  # what senders queued before we stopped is ours to deliver
-            reader.sock.close()
             if not self.socket_activated:  # systemd's socket outlives us, and keeps queueing
                 with contextlib.suppress(OSError):
                     Path(self.config.socket).unlink()
+            # What senders queued before we stopped is ours to deliver.
+            reader.close_after_final_drain(refuse_new=not self.socket_activated)
+        if self.spooler is not None:
+            self.spooler.stop_replaying()  # what is on disk stays there for the next start
         self.forwarder.seal_all(self.batch_sealed)
         self._flush_dirty()
         deadline = time.monotonic() + self.config.shutdown_timeout_s
-        while self.stats.buffered_messages and time.monotonic() < deadline:
+        stats = self.stats
+        while stats.buffered_messages > stats.spooled_messages and time.monotonic() < deadline:
             await asyncio.sleep(_SHUTDOWN_POLL_S)
+        if self.spooler is not None and stats.buffered_messages > stats.spooled_messages:
+            spooled = self.spooler.shutdown()
+            if spooled:
+                log.warning(
+                    "shutdown timeout: %d unacknowledged messages kept in the spool", spooled
+                )
+        elif self.spooler is not None:
+            self.spooler.shutdown()
         left = self.forwarder.discard_everything(reasons.SHUTDOWN)
         if left:
             log.warning("shutdown timeout: discarded %d unacknowledged messages", left)
@@ -172,7 +214,9 @@ class Server:
             self.socket_name = systemd.socket_name(passed)
             return passed
         Path(self.config.socket).parent.mkdir(parents=True, exist_ok=True)
-        return open_datagram_socket(self.config.socket, self.config.socket_mode)
+        return open_datagram_socket(
+            self.config.socket, self.config.socket_mode, self.config.socket_group
+        )
 
     # -- systemd notifications ---------------------------------------------------------
 
@@ -306,13 +350,15 @@ class Server:
             producer = PartitionProducer(
                 name, index, next(self._producer_ids), self.topic_settings.policy(topic)
             )
+            if self.producer_name:
+                producer.name, producer.name_is_ours = self.producer_name, True
             driver = ProducerDriver(
                 producer,
                 topic,
                 self.pool,
                 self.forwarder,
                 self.metrics,
-                receipt_timeout_s=self.config.receipt_timeout_s,
+                self.delivery,
             )
             self.drivers[producer.producer_id] = driver
             new.append(producer)
@@ -344,3 +390,17 @@ class Server:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def stable_producer_name(prefix: str, socket_path: str) -> str | None:
+    """The producer name used on every partition, the same after a restart.
+
+    ``auto``: ``pulsar-bruce-<host>-<hash of the socket path>`` (two daemons on
+    one host differ by socket); empty: none, the broker names producers.
+    """
+    if not prefix:
+        return None
+    if prefix != "auto":
+        return prefix
+    digest = hashlib.sha1(socket_path.encode(), usedforsecurity=False).hexdigest()[:6]
+    return f"pulsar-bruce-{socket.gethostname()}-{digest}"

@@ -152,7 +152,7 @@ def test_proxy_through_service_url(fake_broker, start_daemon):
 
 def test_close_producer_recreates_it_with_the_same_name(fake_broker, start_daemon):
     broker = fake_broker()
-    daemon = start_daemon(broker.url, *FAST)
+    daemon = start_daemon(broker.url, *FAST, "--producer-name-prefix", "")  # broker names it
     topic = unique_topic("close")
     first = [f"a-{i}".encode() for i in range(3)]
     in_flight = [f"b-{i}".encode() for i in range(4)]
@@ -406,3 +406,81 @@ def test_a_partition_count_that_grows_is_picked_up(fake_broker, start_daemon):
     for key in range(4):
         assert landed[b"before-%d" % key] == f"{full_name(topic)}-partition-{key % 2}"
         assert landed[b"after-%d" % key] == f"{full_name(topic)}-partition-{key}"
+
+
+# -- broker faults ---------------------------------------------------------------------------
+
+
+def test_a_topic_refused_for_good_is_discarded_while_others_flow(fake_broker, start_daemon):
+    broker = fake_broker()
+    refused, fine = unique_topic("terminated"), unique_topic("fine")
+    broker.refuse_producers[full_name(refused)] = pb.TopicTerminatedError
+    daemon = start_daemon(broker.url, *FAST)
+    with daemon.sender() as sender:
+        for i in range(20):
+            sender.send(refused, b"r%d" % i)
+            sender.send(fine, b"f%d" % i)
+    counters = daemon.wait_settled(40)
+    assert counters.acked == 20
+    assert counters.discarded["broker_rejected"] == 20
+    assert "refused by the broker" in daemon.log()
+    assert broker.values() == [b"f%d" % i for i in range(20)]
+
+
+def test_a_retriable_producer_error_is_retried_until_it_clears(fake_broker, start_daemon):
+    broker = fake_broker()
+    topic = unique_topic("busy")
+    broker.refuse_producers[full_name(topic)] = pb.ServiceNotReady
+    daemon = start_daemon(broker.url, *FAST)
+    send_values(daemon, topic, [b"patient"])
+    wait_for(lambda: len(broker.producer_requests()) >= 2, 10, "a retry")
+    assert daemon.counters().buffered == 1
+    del broker.refuse_producers[full_name(topic)]
+    assert daemon.wait_settled(1).acked == 1
+
+
+def test_checksum_error_on_an_intact_batch_resends_it(fake_broker, start_daemon):
+    broker = fake_broker()
+    daemon = start_daemon(broker.url, *FAST)
+    broker.fail_sends(pb.ChecksumError, 1)
+    send_values(daemon, unique_topic("checksum"), [b"intact"])
+    counters = daemon.wait_settled(1)
+    assert counters.acked == 1 and counters.total_discarded == 0
+    assert counters.possible_duplicates == 1
+
+
+def test_send_timeout_discards_what_a_stuck_topic_holds(fake_broker, start_daemon):
+    broker = fake_broker()
+    daemon = start_daemon(broker.url, *FAST, "--send-timeout-s", "1", "--receipt-timeout-s", "30")
+    broker.swallow_receipts()  # connected, answering pings, never confirming
+    send_values(daemon, unique_topic("stuck"), [b"a", b"b", b"c"])
+    counters = daemon.wait_settled(3, timeout=20)
+    assert counters.discarded["send_timeout"] == 3 and counters.acked == 0
+    assert "not acked within 1 s" in daemon.log()
+
+
+def test_a_batch_written_too_often_is_retries_exhausted(fake_broker, start_daemon):
+    broker = fake_broker()
+    daemon = start_daemon(
+        broker.url, *FAST, "--max-send-attempts", "2", "--receipt-timeout-s", "0.3"
+    )
+    broker.swallow_receipts()
+    send_values(daemon, unique_topic("exhausted"), [b"x"])
+    counters = daemon.wait_settled(1, timeout=20)
+    assert counters.discarded["retries_exhausted"] == 1
+    assert len([s for s in broker.sends() if s.values == (b"x",)]) == 2
+
+
+def test_producer_names_are_ours_and_stable_across_restarts(fake_broker, start_daemon):
+    broker = fake_broker()
+    topic = unique_topic("stable")
+    first = start_daemon(broker.url, *FAST, "--producer-name-prefix", "edge-7")
+    send_values(first, topic, [b"one"])
+    first.wait_settled(1)
+    assert first.terminate() == 0
+    second = start_daemon(broker.url, *FAST, "--producer-name-prefix", "edge-7")
+    send_values(second, topic, [b"two"])
+    second.wait_settled(1)
+    requests = broker.producer_requests()
+    assert [r.requested_name for r in requests] == ["edge-7", "edge-7"]
+    assert {s.producer_name for s in broker.sends()} == {"edge-7"}

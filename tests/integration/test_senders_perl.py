@@ -131,8 +131,11 @@ def test_queue_full_and_too_large(sock_path: Path, receiver: socket.socket) -> N
         my $n = 0;
         eval { $tp->send_any('t', 'x' x 100, '', 0) while ++$n < 100000 };
         print $n > 1 ? "filled\n" : "not filled\n", $@;
+        # A new socket has its own send buffer: fill it too, until a send times out
+        # (whether the kernel's queue length or the buffer bytes are the limit).
         $tp = ToPulsar->new($ARGV[0], timeout => 0.1);
-        eval { $tp->send_any('t', 'x') };
+        my $m = 0;
+        eval { $tp->send_any('t', 'x' x 100) while ++$m < 100000 };
         print $@;
         eval { $tp->send_any('t', 'x' x (4 * 1024 * 1024)) };
         print $@;

@@ -534,3 +534,41 @@ def test_buffered_bytes_return_to_zero_once_everything_is_acked(batch: list[byte
         h.ack_everything(topic.name)
     assert h.stats.buffered_messages == 0
     assert h.stats.buffered_bytes == 0
+
+
+# -- the spool --------------------------------------------------------------------------------
+
+
+def test_overflow_spills_in_order_and_replays_with_the_identity_intact() -> None:
+    h = Harness(buffer_max_bytes=200)
+    spooled: list[bytes] = []
+    h.forwarder.spill = lambda datagram: spooled.append(datagram) or True
+    h.send(any_msg(value=b"a" * 100))
+    (producer,) = h.attach()
+    h.send(any_msg(value=b"b" * 100))  # no room: to the spool, and the spool stays in charge
+    h.send(any_msg(value=b"c"))  # would fit, but must queue behind "b"
+    assert [d[-1:] for d in spooled] == [b"b", b"c"]
+    assert h.stats.spooled_messages == 2 and h.forwarder.spilling
+    for batch in producer.take_all():
+        h.forwarder.on_acked(h.topic(), batch)
+    h.check()
+    for datagram in spooled:
+        h.forwarder.replay_datagram(datagram, previous_run=False)
+        h.check()
+    assert h.stats.spooled_messages == 0 and h.stats.received == 3
+    assert producer.batch.count == 2
+
+
+def test_a_full_spool_means_buffer_full() -> None:
+    h = Harness(buffer_max_bytes=150)
+    h.forwarder.spill = lambda datagram: False
+    h.send(any_msg(value=b"a" * 100))
+    h.send(any_msg(value=b"b" * 100))
+    assert discarded(h, "buffer_full") == 1
+
+
+def test_previous_run_datagrams_count_as_received_when_replayed() -> None:
+    h = Harness()
+    h.forwarder.replay_datagram(any_msg(), previous_run=True)
+    h.check()
+    assert h.stats.received == 1 and h.stats.buffered_messages == 1

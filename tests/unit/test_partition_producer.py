@@ -338,7 +338,7 @@ def test_batch_larger_than_the_frame_limit_is_rejected_not_sent() -> None:
     big = producer.pending[1]
     producer.on_registered("p-1", -1)
     out = producer.frames_to_send(PUBLISH_TIME, max_frame_size=4000 + SEND_FRAME_OVERHEAD)
-    assert out.rejected == [big]
+    assert out.rejected == [(big, "too_large")]
     assert [(b.sequence_id, b.count) for b in out.batches] == [(0, 1), (1, 2)]
     assert list(producer.pending) == out.batches
     assert producer.in_flight == 2
@@ -402,3 +402,30 @@ def test_buffered_messages_counts_open_and_pending(count: int) -> None:
     assert producer.buffered_messages == count
     producer.seal()
     assert producer.buffered_messages == count
+
+
+def test_a_batch_written_max_attempts_times_is_given_up() -> None:
+    producer = make_producer()
+    add_batch(producer, 3)
+    producer.on_registered("p-1", -1)
+    for _ in range(2):
+        assert len(producer.frames_to_send(PUBLISH_TIME, max_attempts=2).frames) == 1
+        producer.on_disconnected()
+        producer.on_registered("p-1", -1)
+    out = producer.frames_to_send(PUBLISH_TIME, max_attempts=2)
+    assert out.frames == [] and [(b.count, r) for b, r in out.rejected] == [
+        (3, "retries_exhausted")
+    ]
+    assert not producer.pending
+
+
+def test_expire_removes_old_batches_from_the_head_only() -> None:
+    producer = make_producer()
+    for created in (1.0, 2.0, 5.0):
+        add_batch(producer, 1)
+        producer.pending[-1].created_at = created
+    producer.on_registered("p-1", -1)
+    producer.frames_to_send(PUBLISH_TIME)
+    expired = producer.expire(deadline=3.0)
+    assert [b.created_at for b in expired] == [1.0, 2.0]
+    assert producer.in_flight == 1 and [b.created_at for b in producer.pending] == [5.0]

@@ -13,7 +13,9 @@ import base64
 import struct
 from dataclasses import dataclass
 
+from pulsar_bruce.batch.compression import decompress
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
+from pulsar_bruce.frame.codec import decode_frame_body
 
 _U32 = struct.Struct(">I")
 
@@ -71,7 +73,8 @@ class SealedBatch:
     buffer_bytes: int
     sequence_id: int = -1
     frame: bytes = b""
-    #: Set by the I/O edge: when the batch was first written to a broker (monotonic seconds).
+    #: Set by the I/O edge: when the batch was sealed and last written (monotonic seconds).
+    created_at: float = 0.0
     sent_at: float = 0.0
     send_attempts: int = 0
 
@@ -155,3 +158,11 @@ def split_batch(batch: SealedBatch) -> tuple[SealedBatch, SealedBatch]:
         SealedBatch(count=half, payload=raw[:cut], buffer_bytes=cut),
         SealedBatch(count=len(offsets) - half, payload=raw[cut:], buffer_bytes=len(raw) - cut),
     )
+
+
+def batch_entries_of(batch: SealedBatch) -> bytes:
+    """The uncompressed entries of a batch already framed for sending (rare path: spooling)."""
+    frame = decode_frame_body(batch.frame[4:])
+    assert frame.metadata is not None
+    metadata = frame.metadata
+    return decompress(metadata.compression, frame.payload, metadata.uncompressed_size)

@@ -16,6 +16,7 @@ import ssl
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from pulsar_bruce.connection.auth import AuthProvider
 from pulsar_bruce.connection.broker_connection import BrokerConnection, ServerError, open_connection
 from pulsar_bruce.connection.protocol import ConnectionCore
 from pulsar_bruce.frame import commands
@@ -28,7 +29,11 @@ _Lookup = pb.CommandLookupTopicResponse
 
 
 class TopicLookupError(Exception):
-    """A lookup or metadata request failed (retriable unless the error says otherwise)."""
+    """A lookup or metadata request failed; ``error`` is the broker's ServerError code, if any."""
+
+    def __init__(self, message: str, error: int | None = None):
+        super().__init__(message)
+        self.error = error
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +82,7 @@ class ConnectionPool:
         ssl_context: ssl.SSLContext | None = None,
         auth_method_name: str | None = None,
         auth_data: bytes | None = None,
+        auth: AuthProvider | None = None,
     ):
         self.service = ServiceUrl.parse(service_url)
         self._service_hosts = itertools.cycle(self.service.hosts)
@@ -85,6 +91,8 @@ class ConnectionPool:
             self._ssl_context = ssl.create_default_context()
         self._auth_method_name = auth_method_name
         self._auth_data = auth_data
+        #: Asked for credentials on every new connection (a token file may have rotated).
+        self._auth = auth
         self._connections: dict[BrokerAddress, BrokerConnection] = {}
         self._connecting: dict[BrokerAddress, asyncio.Task[BrokerConnection]] = {}
 
@@ -110,11 +118,13 @@ class ConnectionPool:
             parsed = urlsplit(address.url)
             host = parsed.hostname or ""
             port = parsed.port or (6651 if self.service.tls else 6650)
+            auth = self._auth
             core = ConnectionCore(
                 asyncio.get_running_loop().time(),
                 proxy_to_broker_url=address.proxy_to,
-                auth_method_name=self._auth_method_name,
-                auth_data=self._auth_data,
+                auth_method_name=auth.method_name if auth else self._auth_method_name,
+                auth_data=auth.auth_data() if auth else self._auth_data,
+                auth_refresh=auth.auth_data if auth else None,
             )
             connection = await open_connection(
                 host, port, core, ssl_context=self._ssl_context, server_hostname=host
@@ -150,12 +160,13 @@ class ConnectionPool:
                 request_id, commands.partitioned_metadata(topic, request_id)
             )
         except ServerError as exc:
-            raise TopicLookupError(f"partitioned metadata for {topic}: {exc}") from exc
+            raise TopicLookupError(f"partitioned metadata for {topic}: {exc}", exc.error) from exc
         answer = response.partitionMetadataResponse
         if answer.response == pb.CommandPartitionedTopicMetadataResponse.Failed:
             raise TopicLookupError(
                 f"partitioned metadata for {topic}: "
-                f"{pb.ServerError.Name(answer.error)}: {answer.message}"
+                f"{pb.ServerError.Name(answer.error)}: {answer.message}",
+                answer.error,
             )
         return int(answer.partitions)
 
@@ -172,11 +183,12 @@ class ConnectionPool:
                     request_id, commands.lookup(topic, request_id, authoritative)
                 )
             except ServerError as exc:
-                raise TopicLookupError(f"lookup of {topic}: {exc}") from exc
+                raise TopicLookupError(f"lookup of {topic}: {exc}", exc.error) from exc
             answer = response.lookupTopicResponse
             if answer.response == _Lookup.Failed:
                 raise TopicLookupError(
-                    f"lookup of {topic}: {pb.ServerError.Name(answer.error)}: {answer.message}"
+                    f"lookup of {topic}: {pb.ServerError.Name(answer.error)}: {answer.message}",
+                    answer.error,
                 )
             broker_url = answer.brokerServiceUrlTls if self.service.tls else answer.brokerServiceUrl
             if not broker_url:

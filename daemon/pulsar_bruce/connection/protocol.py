@@ -9,8 +9,10 @@ an interval, give up when nothing at all has arrived for two intervals.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 
+from pulsar_bruce.connection.auth import auth_response_frame
 from pulsar_bruce.frame import commands
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import (
@@ -50,6 +52,7 @@ class ConnectionCore:
         proxy_to_broker_url: str | None = None,
         auth_method_name: str | None = None,
         auth_data: bytes | None = None,
+        auth_refresh: Callable[[], bytes] | None = None,
     ):
         self.state = ConnectionState.HANDSHAKE
         self.max_message_size = DEFAULT_MAX_MESSAGE_SIZE
@@ -64,6 +67,10 @@ class ConnectionCore:
             )
         ]
         self._request_id = 0
+        self._auth_method_name = auth_method_name
+        self._auth_data = auth_data or b""
+        #: Fresh credentials for an AuthChallenge (e.g. a re-read token file).
+        self._auth_refresh = auth_refresh
 
     def next_request_id(self) -> int:
         self._request_id += 1
@@ -94,6 +101,8 @@ class ConnectionCore:
                 self._outgoing.append(commands.pong())
             elif kind == _T.PONG:
                 pass
+            elif kind == _T.AUTH_CHALLENGE:
+                self._on_auth_challenge()
             elif self.state is ConnectionState.HANDSHAKE:
                 self._on_handshake_reply(frame.command)
             else:
@@ -116,6 +125,18 @@ class ConnectionCore:
         else:
             self.state = ConnectionState.CLOSED
             raise FrameError(f"unexpected {_T.Type.Name(command.type)} before Connected")
+
+    def _on_auth_challenge(self) -> None:
+        """Answer with our credentials: during the handshake (multi-stage methods) or later,
+        when the broker asks for fresh ones (``auth_data`` "refresh", expiring tokens)."""
+        if not self._auth_method_name:
+            self.state = ConnectionState.CLOSED
+            raise HandshakeError(
+                "the broker asks for authentication and no credentials are configured "
+                "(--auth-token-file or PULSAR_BRUCE_AUTH_TOKEN)"
+            )
+        data = self._auth_refresh() if self._auth_refresh is not None else self._auth_data
+        self._outgoing.append(auth_response_frame(self._auth_method_name, data))
 
     def keepalive(self, now: float, interval: float) -> KeepaliveAction:
         """Called every ``interval`` seconds by the edge."""

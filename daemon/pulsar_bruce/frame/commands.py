@@ -60,13 +60,20 @@ def lookup(topic: str, request_id: int, authoritative: bool) -> bytes:
 
 
 def producer(
-    topic: str, producer_id: int, request_id: int, producer_name: str | None, epoch: int = 0
+    topic: str,
+    producer_id: int,
+    request_id: int,
+    producer_name: str | None,
+    epoch: int = 0,
+    *,
+    user_provided: bool = False,
 ) -> bytes:
     """Create (or re-create) a producer.
 
-    On re-creation the broker-assigned name is passed back (flagged as not
-    user-provided, as the official clients do) so it stays stable, and
-    ``epoch`` counts the re-creations so the broker can tell them apart.
+    A name of our own is ``user_provided``; on re-creation a broker-assigned
+    name is passed back (flagged as not user-provided, as the official clients
+    do) so it stays stable, and ``epoch`` counts the re-creations so the broker
+    can tell them apart.
     """
     cmd = pb.BaseCommand(type=_Type.PRODUCER)
     p = cmd.producer
@@ -75,7 +82,7 @@ def producer(
     p.request_id = request_id
     if producer_name:
         p.producer_name = producer_name
-        p.user_provided_producer_name = False
+        p.user_provided_producer_name = user_provided
     if epoch:
         p.epoch = epoch
     return encode_command(cmd)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import grp
 import os
 import socket
 import stat
@@ -25,28 +26,66 @@ class SocketInUseError(Exception):
     """Another process is receiving on the socket path, or the path is not a socket."""
 
 
-def open_datagram_socket(path: str, mode: int) -> socket.socket:
-    """Bind a UNIX datagram socket at ``path`` with permissions ``mode``.
+class InsecureSocketDirectoryError(PermissionError):
+    """The socket's directory lets anyone replace the socket (world-writable, no sticky bit)."""
+
+
+def group_id(group: str) -> int:
+    """A group name or numeric id -> gid; ``KeyError`` for an unknown name."""
+    return int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+
+
+def check_socket_directory(path: str) -> None:
+    """Refuse a directory where any user could delete or replace our socket file."""
+    directory = Path(path).parent
+    try:
+        mode = directory.stat().st_mode
+    except OSError:
+        return  # binding will say what is wrong with it
+    if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+        raise InsecureSocketDirectoryError(
+            f"refusing to create the socket in {directory}: the directory is world-writable "
+            "without the sticky bit, so anyone could replace the socket; use a directory "
+            "only the daemon's user can write to (e.g. /run/pulsar-bruce)"
+        )
+
+
+def open_datagram_socket(path: str, mode: int, group: str | None = None) -> socket.socket:
+    """Bind a UNIX datagram socket at ``path`` with permissions ``mode`` and group ``group``.
 
     A stale socket file (nobody receiving) is removed; a live one, or a path
-    that is not a socket, makes us refuse to start.
+    that is not a socket, makes us refuse to start, and so does a
+    world-writable directory without the sticky bit.
     """
+    check_socket_directory(path)
     target = Path(path)
     _remove_stale_socket(target)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    bound = False
     try:
-        # Bind under a restrictive umask so the file never exists with looser permissions.
-        old_umask = os.umask(0o777 & ~mode)
+        # Bind with no permissions at all, then set the group, then the mode: the file
+        # never exists with looser permissions or for the wrong group.
+        old_umask = os.umask(0o777)
         try:
             sock.bind(path)
+            bound = True
         finally:
             os.umask(old_umask)
+        if group is not None:
+            try:
+                os.chown(path, -1, group_id(group))
+            except (KeyError, OSError) as exc:
+                detail = "unknown group" if isinstance(exc, KeyError) else exc.strerror
+                raise PermissionError(f"cannot give {path} to group {group!r}: {detail}") from None
         os.chmod(path, mode)
         sock.setblocking(False)
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RCVBUF_BYTES)
     except BaseException:
         sock.close()
+        if bound:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
         raise
     return sock
 
@@ -88,6 +127,7 @@ class DatagramReader:
         self._buffer = bytearray(max_datagram_bytes + 1)
         self._view = memoryview(self._buffer)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._shut = False
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -99,6 +139,23 @@ class DatagramReader:
             self._loop.remove_reader(self.sock.fileno())
             self._loop = None
 
+    def close_after_final_drain(self, refuse_new: bool) -> None:
+        """Shutdown: take what is queued, then close.
+
+        ``refuse_new`` (our own socket, not systemd's): shut the receive side
+        first, so a sender that is still connected gets EPIPE instead of
+        queueing a datagram that ``close()`` would silently drop.  Once shut
+        and empty, ``recv`` returns 0 bytes, which ends the drain.
+        """
+        self.stop()
+        if refuse_new:
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RD)
+            self._shut = True
+        while self.drain():
+            pass
+        self.sock.close()
+
     def drain(self) -> int:
         """Handle every datagram queued right now (bounded per call); returns how many."""
         recv_into = self.sock.recv_into
@@ -108,6 +165,8 @@ class DatagramReader:
         try:
             while count < _MAX_PER_WAKEUP:
                 size = recv_into(view)
+                if not size and self._shut:
+                    break  # shut for reading and empty
                 handle(view[:size].tobytes())
                 count += 1
         except (BlockingIOError, InterruptedError):

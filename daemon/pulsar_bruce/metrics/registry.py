@@ -83,6 +83,17 @@ class _StatsCollector:
         )
         yield _counter("batches_sent", "Batch frames written to brokers", s.batches_sent)
         yield _gauge(
+            "spooled_messages",
+            "Messages this process wrote to the disk spool, not yet replayed",
+            s.spooled_messages,
+        )
+        yield _gauge("spool_bytes", "Bytes in the disk spool", s.spool_bytes)
+        yield _counter(
+            "spool_corrupt_records",
+            "Spool records found torn or corrupt and skipped",
+            s.spool_corrupt_records,
+        )
+        yield _gauge(
             "broker_connections", "Open, handshaken broker connections", self._connections()
         )
         yield from self._per_topic()

@@ -33,6 +33,9 @@ class Stats:
         "discarded",
         "possible_duplicates",
         "received",
+        "spool_bytes",
+        "spool_corrupt_records",
+        "spooled_messages",
     )
 
     def __init__(self) -> None:
@@ -42,6 +45,10 @@ class Stats:
         self.buffered_bytes = 0
         self.possible_duplicates = 0
         self.batches_sent = 0
+        #: Messages this process wrote to the disk spool and has not replayed yet.
+        self.spooled_messages = 0
+        self.spool_bytes = 0
+        self.spool_corrupt_records = 0
         self.discarded: dict[str, int] = dict.fromkeys(reasons.ALL, 0)
 
     def discard(self, reason: str, count: int = 1) -> None:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 
 from pulsar_bruce import reasons
 from pulsar_bruce.connection.broker_connection import (
@@ -23,27 +24,27 @@ from pulsar_bruce.connection.broker_connection import (
 from pulsar_bruce.connection.pool import ConnectionPool, TopicLookupError
 from pulsar_bruce.frame import commands
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
+from pulsar_bruce.frame.codec import FrameError, decode_frame_body
 from pulsar_bruce.metrics.registry import Metrics
 from pulsar_bruce.producer.backoff import Backoff
+from pulsar_bruce.producer.faults import error_name, is_permanent
 from pulsar_bruce.producer.partition_producer import PartitionProducer, ReceiptMatch
 from pulsar_bruce.route.forwarder import Forwarder
 from pulsar_bruce.route.router import Topic
 
 log = logging.getLogger(__name__)
 
-#: SendError codes that no resend can cure: the batch is discarded as ``broker_rejected``.
-PERMANENT_SEND_ERRORS = frozenset(
-    {
-        pb.NotAllowedError,
-        pb.TopicTerminatedError,
-        pb.ProducerFenced,
-        pb.AuthorizationError,
-        pb.AuthenticationError,
-        pb.TopicNotFound,
-        pb.IncompatibleSchema,
-        pb.InvalidTopicName,
-    }
-)
+
+@dataclass(frozen=True, slots=True)
+class DeliveryPolicy:
+    """How long and how often a batch is tried before it is given up."""
+
+    #: A batch unconfirmed this long makes us drop the connection and resend.
+    receipt_timeout_s: float = 30.0
+    #: A batch not acked this long after it was sealed is discarded (0: never).
+    send_timeout_s: float = 30.0
+    #: A batch already written this many times is not written again (0: no limit).
+    max_send_attempts: int = 10
 
 
 class ProducerDriver:
@@ -56,7 +57,7 @@ class ProducerDriver:
         pool: ConnectionPool,
         forwarder: Forwarder,
         metrics: Metrics,
-        receipt_timeout_s: float = 30.0,
+        delivery: DeliveryPolicy | None = None,
     ):
         self.producer = producer
         self.topic = topic
@@ -68,7 +69,11 @@ class ProducerDriver:
         self._linger: asyncio.TimerHandle | None = None
         self._receipt_check: asyncio.TimerHandle | None = None
         self._epoch = 0
-        self.receipt_timeout_s = receipt_timeout_s
+        self.delivery = delivery or DeliveryPolicy()
+        self.receipt_timeout_s = self.delivery.receipt_timeout_s
+        self._expiry_check: asyncio.TimerHandle | None = None
+        #: Set while the broker refuses this producer for good (a ServerError name).
+        self.rejected: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._backoff = Backoff()
         self._loop = asyncio.get_running_loop()
@@ -83,6 +88,8 @@ class ProducerDriver:
             self._linger.cancel()
         if self._receipt_check is not None:
             self._receipt_check.cancel()
+        if self._expiry_check is not None:
+            self._expiry_check.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -96,18 +103,24 @@ class ProducerDriver:
         while True:
             try:
                 await self._connect()
-            except (
-                TimeoutError,
-                ConnectionClosedError,
-                TopicLookupError,
-                ServerError,
-                OSError,
-            ) as exc:
+            except (TopicLookupError, ServerError) as exc:
+                if is_permanent(exc.error):
+                    self._reject(error_name(exc.error), str(exc))
                 delay = self._backoff.next_delay()
                 log.warning(
                     "producer for %s not connected (%s); retrying in %.1f s",
                     producer.topic,
                     exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                continue
+            except (TimeoutError, ConnectionClosedError, OSError) as exc:
+                delay = self._backoff.next_delay()
+                log.warning(
+                    "producer for %s not connected (%s); retrying in %.1f s",
+                    producer.topic,
+                    exc or type(exc).__name__,
                     delay,
                 )
                 await asyncio.sleep(delay)
@@ -129,7 +142,12 @@ class ProducerDriver:
             response = await connection.request(
                 request_id,
                 commands.producer(
-                    producer.topic, producer.producer_id, request_id, producer.name, self._epoch
+                    producer.topic,
+                    producer.producer_id,
+                    request_id,
+                    producer.name,
+                    self._epoch,
+                    user_provided=producer.name_is_ours,
                 ),
             )
         except BaseException:
@@ -144,6 +162,9 @@ class ProducerDriver:
         self.connection = connection
         self._epoch += 1
         self._backoff.reset()
+        if self.rejected is not None:
+            log.info("%s accepts our producer again (was %s)", producer.topic, self.rejected)
+            self.rejected = None
         log.info(
             "producer %s ready on %s for %s (%d batches pending)",
             success.producer_name,
@@ -173,34 +194,96 @@ class ProducerDriver:
 
     def flush(self) -> None:
         """Write every sealed batch not yet written on the current connection."""
+        self._stamp_new_batches()
+        if self.rejected is not None:
+            self._discard_all(reasons.BROKER_REJECTED)
+            return
         connection = self.connection
         if connection is None or not self.producer.has_unsent:
             return
         out = self.producer.frames_to_send(
-            time.time_ns() // 1_000_000, connection.core.max_message_size
+            time.time_ns() // 1_000_000,
+            connection.core.max_message_size,
+            self.delivery.max_send_attempts,
         )
-        for batch in out.rejected:
+        for batch, reason in out.rejected:
             log.warning(
-                "%s: batch of %d messages exceeds the broker's max message size %d; discarded",
+                "%s: batch of %d messages discarded as %s (broker max message size %d)",
                 self.producer.topic,
                 batch.count,
+                reason,
                 connection.core.max_message_size,
             )
-            self.forwarder.discard_batch(self.topic, batch, reasons.TOO_LARGE)
+            self.forwarder.discard_batch(self.topic, batch, reason)
         stats = self.forwarder.stats
         stats.possible_duplicates += out.resent_messages
         stats.batches_sent += len(out.frames)
         now = time.monotonic()
         observe_batch = self.metrics.batch_messages.observe
+        discard_log = self.forwarder.discard_log
         for batch in out.batches:
             batch.sent_at = now
             if batch.send_attempts == 1:
                 observe_batch(batch.count)
+            elif discard_log is not None:
+                discard_log.batch("possible_duplicate", self.topic.name, batch)
         connection.writelines(out.frames)
         if self._receipt_check is None and self.producer.in_flight:
             self._receipt_check = self._loop.call_later(
                 self.receipt_timeout_s, self._check_receipts
             )
+
+    def _stamp_new_batches(self) -> None:
+        """Give just-sealed batches their creation time; arm the send-timeout check."""
+        pending = self.producer.pending
+        if not pending or pending[-1].created_at:
+            return
+        now = time.monotonic()
+        for index in range(len(pending) - 1, -1, -1):
+            if pending[index].created_at:
+                break
+            pending[index].created_at = now
+        timeout = self.delivery.send_timeout_s
+        if timeout and self._expiry_check is None:
+            self._expiry_check = self._loop.call_later(timeout, self._expire)
+
+    def _expire(self) -> None:
+        """Discard batches older than the send timeout, so a stuck topic cannot hide."""
+        self._expiry_check = None
+        timeout = self.delivery.send_timeout_s
+        now = time.monotonic()
+        expired = self.producer.expire(now - timeout)
+        if expired:
+            count = sum(batch.count for batch in expired)
+            for batch in expired:
+                self.forwarder.discard_batch(self.topic, batch, reasons.SEND_TIMEOUT)
+            log.warning(
+                "%s: %d messages not acked within %.0f s; discarded as send_timeout",
+                self.producer.topic,
+                count,
+                timeout,
+            )
+        pending = self.producer.pending
+        if pending:
+            oldest = pending[0].created_at or now
+            self._expiry_check = self._loop.call_later(
+                max(oldest + timeout - now, 0.01), self._expire
+            )
+
+    def _reject(self, error: str, detail: str) -> None:
+        """The broker refuses this producer for good: discard what waits, keep retrying."""
+        if self.rejected is None:
+            log.warning(
+                "%s refused by the broker (%s); discarding its messages",
+                self.producer.topic,
+                detail,
+            )
+        self.rejected = error
+        self._discard_all(reasons.BROKER_REJECTED)
+
+    def _discard_all(self, reason: str) -> None:
+        for batch in self.producer.take_all():
+            self.forwarder.discard_batch(self.topic, batch, reason)
 
     def _check_receipts(self) -> None:
         """A receipt overdue by ``receipt_timeout_s`` means the connection is not trustworthy:
@@ -233,10 +316,16 @@ class ProducerDriver:
             )
 
     def on_send_error(self, error: pb.CommandSendError) -> None:
-        """A permanent error rejects the batch it names; any error resends the rest afresh."""
-        error_name = pb.ServerError.Name(error.error)
+        """A permanent error rejects the batch it names; any error resends the rest afresh.
+
+        ``ChecksumError``: if our own copy of the batch is corrupt it is discarded
+        as ``broker_rejected``; if it is intact the corruption was on the way, resend.
+        """
+        name = error_name(error.error)
         rejected = None
-        if error.error in PERMANENT_SEND_ERRORS:
+        if is_permanent(error.error) or (
+            error.error == pb.ChecksumError and not self._head_frame_intact(error.sequence_id)
+        ):
             rejected = self.producer.reject_head(error.sequence_id)
         if rejected is not None:
             self.forwarder.discard_batch(self.topic, rejected, reasons.BROKER_REJECTED)
@@ -244,12 +333,22 @@ class ProducerDriver:
             "send error on %s (sequence id %d): %s %s; %s",
             self.producer.topic,
             error.sequence_id,
-            error_name,
+            name,
             error.message,
             f"{rejected.count} messages discarded" if rejected else "will resend",
         )
         if self.connection is not None:
-            self.connection.abort(f"{error_name}; resending the rest on a new connection")
+            self.connection.abort(f"{name}; resending the rest on a new connection")
+
+    def _head_frame_intact(self, sequence_id: int) -> bool:
+        pending = self.producer.pending
+        if not pending or pending[0].sequence_id != sequence_id:
+            return True
+        try:
+            decode_frame_body(pending[0].frame[4:])
+        except FrameError:
+            return False
+        return True
 
     def on_close_producer(self) -> None:
         log.info("broker closed the producer for %s", self.producer.topic)

@@ -17,6 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
 
+from pulsar_bruce import reasons
 from pulsar_bruce.batch.batch_builder import BatchBuilder, SealedBatch, split_batch
 from pulsar_bruce.batch.compression import Compressor
 from pulsar_bruce.frame import commands
@@ -45,8 +46,9 @@ class Outgoing:
     batches: list[SealedBatch] = field(default_factory=list)
     #: Messages in ``batches`` that had been sent before (possible duplicates).
     resent_messages: int = 0
-    #: Batches too large for the broker, removed from the queue: discard them.
-    rejected: list[SealedBatch] = field(default_factory=list)
+    #: Batches removed from the queue, with the discard reason: too large for the
+    #: broker, or written ``max_attempts`` times already.
+    rejected: list[tuple[SealedBatch, str]] = field(default_factory=list)
 
 
 class ReceiptMatch(Enum):
@@ -66,6 +68,7 @@ class PartitionProducer:
         "max_batch_bytes",
         "max_message_size",
         "name",
+        "name_is_ours",
         "next_sequence_id",
         "partition",
         "pending",
@@ -85,6 +88,8 @@ class PartitionProducer:
         self.in_flight = 0
         self.ready = False
         self.name: str | None = None
+        #: True when ``name`` is ours (stable across restarts), not the broker's choice.
+        self.name_is_ours = False
         self.next_sequence_id = 0
         #: The policy's limit, lowered to what fits the broker's max message size.
         self.max_batch_bytes = policy.max_bytes
@@ -129,11 +134,15 @@ class PartitionProducer:
         self.in_flight = 0
 
     def frames_to_send(
-        self, publish_time_ms: int, max_frame_size: int = DEFAULT_MAX_MESSAGE_SIZE
+        self,
+        publish_time_ms: int,
+        max_frame_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        max_attempts: int = 0,
     ) -> Outgoing:
         """Frames for every pending batch not yet written on this connection.
 
-        A batch is compressed, numbered and framed the first time it goes out.
+        A batch is compressed, numbered and framed the first time it goes out,
+        and given up (``retries_exhausted``) once written ``max_attempts`` times.
         Frames never exceed ``max_frame_size`` (the broker's negotiated
         ``max_message_size``): a batch that would is split in halves, and a
         single message that would is taken out and returned in ``rejected``
@@ -156,10 +165,14 @@ class PartitionProducer:
                         pending.insert(index + 1, second)
                     else:
                         del pending[index]
-                        out.rejected.append(batch)
+                        out.rejected.append((batch, reasons.TOO_LARGE))
                     continue
                 self._frame(batch, payload, publish_time_ms)
             elif batch.send_attempts:
+                if max_attempts and batch.send_attempts >= max_attempts:
+                    del pending[index]
+                    out.rejected.append((batch, reasons.RETRIES_EXHAUSTED))
+                    continue
                 out.resent_messages += batch.count
             batch.send_attempts += 1
             out.frames.append(batch.frame)
@@ -217,6 +230,16 @@ class PartitionProducer:
             self.in_flight -= 1
             return self.pending.popleft()
         return None
+
+    def expire(self, deadline: float) -> list[SealedBatch]:
+        """Remove the batches (oldest first) created before ``deadline``: their send timed out."""
+        expired = []
+        pending = self.pending
+        while pending and 0 < pending[0].created_at < deadline:
+            expired.append(pending.popleft())
+            if self.in_flight:
+                self.in_flight -= 1
+        return expired
 
     def take_all(self) -> list[SealedBatch]:
         """Remove every batch (open and pending) for discarding; the producer is finished."""

@@ -18,12 +18,20 @@ from collections.abc import Callable
 from typing import Protocol
 
 from pulsar_bruce import reasons
-from pulsar_bruce.batch.batch_builder import BatchBuilder, SealedBatch, encode_key_field
+from pulsar_bruce.batch.batch_builder import (
+    BatchBuilder,
+    SealedBatch,
+    batch_entries_of,
+    encode_key_field,
+)
+from pulsar_bruce.metrics.discard_log import DiscardLog
 from pulsar_bruce.metrics.stats import Stats
 from pulsar_bruce.parse.datagram import parse_datagram
 from pulsar_bruce.parse.topic import normalize_topic
 from pulsar_bruce.producer.partition_producer import PartitionProducer
 from pulsar_bruce.route.router import Topic
+from pulsar_bruce.spool import records as spool_records
+from pulsar_bruce.spool.records import SpooledBatch
 
 _ENTRY_OVERHEAD = BatchBuilder.ENTRY_OVERHEAD
 
@@ -67,6 +75,12 @@ class Forwarder:
         #: Keyed by full Pulsar name, so ``t`` and ``persistent://public/default/t`` share one.
         self.topics_by_name: dict[str, Topic] = {}
         self._bad_topics: set[bytes] = set()
+        #: With a disk spool: ``spill(datagram) -> bool`` appends it there (False: spool full).
+        self.spill: Callable[[bytes], bool] | None = None
+        #: True while the spool holds messages: new ones queue behind them, on disk.
+        self.spilling = False
+        #: Optional evidence of every message given up (``--discard-log``).
+        self.discard_log: DiscardLog | None = None
         #: The last few rejected datagrams (reason, first bytes), for ``/status``.
         self.recent_rejects: deque[tuple[str, bytes]] = deque(maxlen=REJECT_SAMPLES)
 
@@ -90,21 +104,23 @@ class Forwarder:
                 self._reject(reasons.BAD_TOPIC, data)
                 return
         if len(data) > topic.max_message_bytes:
-            self._reject(reasons.TOO_LARGE, data)
-            topic.stats.discard(reasons.TOO_LARGE, 1)
+            self._refuse(topic, reasons.TOO_LARGE, data)
             return
         budget = topic.rate_budget
         if budget is not None:
             if budget <= 0:
-                stats.discard(reasons.RATE_LIMITED)
-                topic.stats.discard(reasons.RATE_LIMITED, 1)
+                self._refuse(topic, reasons.RATE_LIMITED, data)
                 return
             topic.rate_budget = budget - 1
         key_field = encode_key_field(key) if key else b""
         size = len(data) - value_offset + len(key_field) + _ENTRY_OVERHEAD
-        if stats.buffered_bytes + size > self.buffer_max_bytes:
-            stats.discard(reasons.BUFFER_FULL)
-            topic.stats.discard(reasons.BUFFER_FULL, 1)
+        if self.spilling or stats.buffered_bytes + size > self.buffer_max_bytes:
+            if self.spill is not None and self.spill(data):
+                self.spilling = True  # from now on, in order: everything after it goes there too
+                stats.buffered_messages += 1
+                stats.spooled_messages += 1
+                return
+            self._refuse(topic, reasons.BUFFER_FULL, data)
             return
         if not topic.producers:
             topic.unrouted.append((key_field, timestamp, data, value_offset, partition_key))
@@ -142,6 +158,15 @@ class Forwarder:
         """A datagram that never became a message: count it, keep a sample for ``/status``."""
         self.stats.discard(reason)
         self.recent_rejects.append((reason, data[:REJECT_SAMPLE_BYTES]))
+        if self.discard_log is not None:
+            self.discard_log.datagram(reason, data)
+
+    def _refuse(self, topic: Topic, reason: str, data: bytes) -> None:
+        """A valid message for ``topic`` that cannot be taken (too large, rate, buffer)."""
+        self.stats.discard(reason)
+        topic.stats.discard(reason, 1)
+        if self.discard_log is not None:
+            self.discard_log.datagram(reason, data)
 
     # -- topics -------------------------------------------------------------------------
 
@@ -170,6 +195,9 @@ class Forwarder:
         """The partition count is known (or grew): attach producers, route waiting messages."""
         topic.partitioned = partitioned
         topic.producers.extend(new_producers)
+        spooled, topic.unrouted_batches = topic.unrouted_batches, []
+        for partition, batch in spooled:
+            self._queue_sealed(topic, partition, batch)
         waiting, topic.unrouted = topic.unrouted, []
         stats = self.stats
         for key_field, timestamp, data, value_offset, partition_key in waiting:
@@ -183,6 +211,91 @@ class Forwarder:
 
     # -- outcomes -------------------------------------------------------------------------
 
+    # -- the spool ----------------------------------------------------------------------------
+
+    def replay_datagram(self, data: bytes, *, previous_run: bool) -> None:
+        """A datagram back from the spool.  If it was spooled by this process it is
+        already counted as received and buffered; one from a previous run is counted now."""
+        stats = self.stats
+        if not previous_run:
+            stats.received -= 1
+            stats.buffered_messages -= 1
+            stats.spooled_messages -= 1
+        spilling, self.spilling = self.spilling, False
+        try:
+            self.handle_datagram(data)
+        finally:
+            self.spilling = spilling
+
+    def replay_batch(self, spooled: SpooledBatch) -> None:
+        """A batch a previous run wrote to the spool at shutdown: received (again) now."""
+        topic = self._add_topic(spooled.topic.encode())
+        stats = self.stats
+        stats.received += spooled.count
+        if topic is None:
+            stats.discard(reasons.BAD_TOPIC, spooled.count)
+            return
+        batch = SealedBatch(
+            count=spooled.count, payload=spooled.entries, buffer_bytes=len(spooled.entries)
+        )
+        stats.buffered_messages += spooled.count
+        stats.buffered_bytes += batch.buffer_bytes
+        if spooled.sequence_id >= 0:  # it had been sent: the broker may have it already
+            stats.possible_duplicates += spooled.count
+        if topic.producers:
+            self._queue_sealed(topic, spooled.partition, batch)
+        else:
+            topic.unrouted_batches.append((spooled.partition, batch))
+
+    def _queue_sealed(self, topic: Topic, partition: int, batch: SealedBatch) -> None:
+        producers = topic.producers
+        producer = producers[partition] if 0 <= partition < len(producers) else topic.choose_any()
+        producer.pending.append(batch)
+        self.events.batch_sealed(producer)
+
+    def spool_everything(self, write: Callable[[list[bytes]], bool]) -> int:
+        """Shutdown with a spool: hand every buffered message to ``write`` as spool records
+        (they stay counted as buffered); returns how many, or 0 if ``write`` had no room."""
+        front: list[bytes] = []
+        total = 0
+        for topic in self.topics_by_name.values():
+            for partition, batch in topic.unrouted_batches:
+                front.append(
+                    spool_records.encode_batch(
+                        topic.name, partition, -1, batch.count, batch.payload
+                    )
+                )
+                total += batch.count
+            for producer in topic.producers:
+                producer.seal()
+                for batch in producer.pending:
+                    if not batch.payload:  # already framed: take the entries out of the frame
+                        batch.payload = batch_entries_of(batch)
+                    front.append(
+                        spool_records.encode_batch(
+                            topic.name,
+                            producer.partition,
+                            batch.sequence_id,
+                            batch.count,
+                            batch.payload,
+                        )
+                    )
+                    total += batch.count
+            for _key, _timestamp, data, _offset, _partition_key in topic.unrouted:
+                front.append(spool_records.encode(spool_records.DATAGRAM, data))
+                total += 1
+        if not front or not write(front):
+            return 0
+        for topic in self.topics_by_name.values():
+            topic.unrouted_batches.clear()
+            topic.unrouted.clear()
+            for producer in topic.producers:
+                producer.pending.clear()
+                producer.in_flight = 0
+        self.stats.spooled_messages += total
+        self.stats.buffered_bytes = 0
+        return total
+
     def on_acked(self, topic: Topic, batch: SealedBatch) -> None:
         stats = self.stats
         stats.acked += batch.count
@@ -191,6 +304,8 @@ class Forwarder:
         topic.stats.acked += batch.count
 
     def discard_batch(self, topic: Topic, batch: SealedBatch, reason: str) -> None:
+        if self.discard_log is not None:
+            self.discard_log.batch(reason, topic.name, batch)
         stats = self.stats
         stats.discard(reason, batch.count)
         stats.buffered_messages -= batch.count
@@ -205,7 +320,14 @@ class Forwarder:
                 for batch in producer.take_all():
                     self.discard_batch(topic, batch, reason)
                     total += batch.count
+            for _partition, batch in topic.unrouted_batches:
+                self.discard_batch(topic, batch, reason)
+                total += batch.count
+            topic.unrouted_batches.clear()
             if topic.unrouted:
+                if self.discard_log is not None:
+                    for waiting in topic.unrouted:
+                        self.discard_log.datagram(reason, waiting[2])
                 count = len(topic.unrouted)
                 total += count
                 self.stats.discard(reason, count)

@@ -9,6 +9,7 @@ ready.  When no partition is ready, messages wait on the first choice.
 
 from __future__ import annotations
 
+from pulsar_bruce.batch.batch_builder import SealedBatch
 from pulsar_bruce.metrics.stats import TopicStats
 from pulsar_bruce.producer.partition_producer import PartitionProducer
 
@@ -29,6 +30,7 @@ class Topic:
         "rate_budget",
         "stats",
         "unrouted",
+        "unrouted_batches",
     )
 
     def __init__(self, name: str):
@@ -38,6 +40,8 @@ class Topic:
         self.partitioned = False
         #: Messages that arrived before the partition count was known.
         self.unrouted: list[Unrouted] = []
+        #: Batches back from the spool before the partition count was known: (partition, batch).
+        self.unrouted_batches: list[tuple[int, SealedBatch]] = []
         self.stats = TopicStats()
         #: Per-topic limits, set by the edge from the configuration.
         self.max_message_bytes = 1 << 62

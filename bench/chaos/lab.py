@@ -1,0 +1,90 @@
+"""Brokers and daemons for the long-form runners, outside pytest.
+
+Uses the test suite's own ``Broker`` and ``Daemon`` (``tests/conftest.py``).  With
+``snapshot`` the checkout's ``daemon/`` and ``client_lib/`` are copied first and
+every process of the run (and this one's imports) uses that copy, so a working
+tree edited during a long run cannot mix two versions of the code.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Lab:
+    def __init__(self, workdir: str | None = None, snapshot: bool = True, keep: bool = False):
+        self.keep = keep or workdir is not None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="pulsar-bruce-chaos-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        sys.path.insert(0, str(ROOT / "tests"))
+        import conftest
+
+        self._conftest = conftest
+        self.code = _describe_checkout()
+        if snapshot:
+            copy = self.workdir / "code"
+            for name in ("daemon", "client_lib"):
+                shutil.copytree(
+                    ROOT / name, copy / name, ignore=shutil.ignore_patterns("__pycache__")
+                )
+                sys.path.insert(0, str(copy / name))
+            conftest.ROOT = copy  # Daemon puts ROOT/daemon and ROOT/client_lib on PYTHONPATH
+            self.code += f", snapshot in {copy}"
+        self._brokers: list[Any] = []
+        self._daemons: list[Any] = []
+        self._count = 0
+
+    def broker(self, partitions: int = 4) -> Any:
+        self._count += 1
+        broker = self._conftest.Broker(self.workdir / f"broker{self._count}", partitions)
+        broker.start()
+        self._brokers.append(broker)
+        return broker
+
+    def start_daemon(self, service_url: str, *args: str) -> Any:
+        self._count += 1
+        workdir = self.workdir / f"daemon{self._count}"
+        workdir.mkdir()
+        daemon = self._conftest.Daemon(workdir, service_url, list(args))
+        self._daemons.append(daemon)
+        return daemon
+
+    def cleanup(self) -> None:
+        for daemon in self._daemons:
+            daemon.kill()
+        for broker in self._brokers:
+            broker.kill()
+        self._daemons.clear()
+        self._brokers.clear()
+
+    def __enter__(self) -> Lab:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.cleanup()
+        if not self.keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _describe_checkout() -> str:
+    def git(*args: str) -> str:
+        command = ["git", "--no-optional-locks", "-C", str(ROOT), *args]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        return result.stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--", "daemon", "client_lib")
+    return f"code: {head}{' + uncommitted changes' if dirty else ''}"

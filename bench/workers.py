@@ -1,0 +1,266 @@
+"""The measured sides, each run in its own process: ``python bench/workers.py MODE PARAMS_JSON``.
+
+Modes:
+
+``official``
+    publish with the official ``pulsar-client`` (batching, ``send_async``, ``flush``)
+``sender``
+    send Bruce datagrams to the daemon with ``to_pulsar.Sender``
+``consumer``
+    read latency-stamped messages back with the official client
+
+Protocol (see ``harness.Worker``): print ``READY`` when set up, wait for ``GO`` on
+stdin, work, print ``RESULT <json>``. Library output that would go to stdout is
+redirected to stderr, so the protocol pipe carries nothing else.
+
+Throughput runs time from ``GO`` on; in paced runs (``rate`` set) every value
+starts with its send time (``time.time_ns()``) and a sequence number, for the
+consumer to compute send -> receive latency.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TextIO
+
+#: Latency stamp at the head of each value: send time (ns since the epoch) and sequence
+#: number; warm-up messages carry sequence -1 and are ignored by the consumer.
+STAMP = struct.Struct(">qq")
+
+#: Enough distinct payloads that a 128 KiB batch never repeats one (keeps LZ4 honest).
+_POOL_BYTES = 16 * 1024 * 1024
+_POOL_MAX = 4096
+
+
+def payload_pool(size: int) -> list[bytes]:
+    """Distinct random (incompressible) payloads of ``size`` bytes."""
+    count = max(64, min(_POOL_MAX, _POOL_BYTES // max(size, 1)))
+    return [os.urandom(size) for _ in range(count)]
+
+
+def paced(rate: float, n: int) -> Iterator[int]:
+    """Yield 0..n-1 on a fixed schedule of ``rate`` per second, sleeping between bursts.
+
+    Sleeping (rather than spinning) keeps the pacer off the CPU the daemon and the
+    broker need; messages due while it slept go out back to back on wake-up.
+    """
+    start = time.monotonic()
+    sent = 0
+    while sent < n:
+        due = min(n, int((time.monotonic() - start) * rate) + 1)
+        while sent < due:
+            yield sent
+            sent += 1
+        if sent < n:
+            time.sleep(0.0005)
+
+
+def stamped(seq: int, pad: bytes) -> bytes:
+    return STAMP.pack(time.time_ns(), seq) + pad
+
+
+# -- official client --------------------------------------------------------------------------
+
+
+def run_official(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]:
+    import pulsar
+
+    n: int = p["messages"]
+    client = pulsar.Client(p["service_url"], logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    producer = client.create_producer(
+        p["topic"],
+        batching_enabled=True,
+        block_if_queue_full=True,
+        batching_max_publish_delay_ms=10,
+        max_pending_messages=p["max_pending"],
+    )
+    ok_result = pulsar.Result.Ok
+    done = threading.Event()
+    state = {"receipts": 0, "errors": 0, "t_last": 0.0}
+    monotonic = time.monotonic
+
+    def on_receipt(result: Any, _message_id: Any) -> None:
+        count = state["receipts"] + 1
+        state["receipts"] = count
+        if result != ok_result:
+            state["errors"] += 1
+        if count == n:
+            state["t_last"] = monotonic()
+            done.set()
+
+    send = producer.send_async
+    keyed: bool = p["keyed"]
+    rate: float | None = p.get("rate")
+    pool = payload_pool(p["size"])
+    pad = pool[0][: max(0, p["size"] - STAMP.size)]
+    ready()
+
+    cpu0 = time.process_time()
+    t0 = monotonic()
+    if rate:
+        for seq in paced(rate, n):
+            send(stamped(seq, pad), on_receipt)
+    elif keyed:
+        for i, payload in zip(range(n), itertools.cycle(pool), strict=False):
+            send(payload, on_receipt, partition_key=str(i))
+    else:
+        for payload in itertools.islice(itertools.cycle(pool), n):
+            send(payload, on_receipt)
+    t_sent = monotonic()
+    producer.flush()
+    complete = done.wait(120)
+    cpu1 = time.process_time()
+    producer.close()
+    client.close()
+    return {
+        "t0": t0,
+        "t_sent": t_sent,
+        "t_last": state["t_last"] if complete else None,
+        "receipts": state["receipts"],
+        "errors": state["errors"],
+        "cpu_s": cpu1 - cpu0,
+    }
+
+
+# -- to_pulsar sender -------------------------------------------------------------------------
+
+
+def run_sender(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]:
+    from to_pulsar import Sender
+
+    n: int = p["messages"]
+    topic: str = p["topic"]
+    keyed: bool = p["keyed"]
+    rate: float | None = p.get("rate")
+    pool = payload_pool(p["size"])
+    pad = pool[0][: max(0, p["size"] - STAMP.size)]
+    sender = Sender(p["socket"], timeout=p.get("timeout", 30.0))
+    send = sender.send
+    ready()
+
+    cpu0 = time.process_time()
+    t0 = time.monotonic()
+    if rate:
+        for seq in paced(rate, n):
+            send(topic, stamped(seq, pad))
+    elif keyed:
+        for i, payload in zip(range(n), itertools.cycle(pool), strict=False):
+            send(topic, payload, partition_key=i)
+    else:
+        for payload in itertools.islice(itertools.cycle(pool), n):
+            send(topic, payload)
+    t_sent = time.monotonic()
+    cpu1 = time.process_time()
+    sender.close()
+    return {"t0": t0, "t_sent": t_sent, "cpu_s": cpu1 - cpu0}
+
+
+# -- latency consumer -------------------------------------------------------------------------
+
+
+def run_consumer(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]:
+    import pulsar
+
+    n: int = p["messages"]
+    client = pulsar.Client(p["service_url"], logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+    consumer = client.subscribe(
+        p["topic"],
+        f"bench-{time.monotonic_ns()}",
+        initial_position=pulsar.InitialPosition.Earliest,
+        receiver_queue_size=5000,
+    )
+    ready()
+
+    latencies_ns: list[int] = []
+    seen = bytearray(n)
+    duplicates = 0
+    unpack = STAMP.unpack_from
+    time_ns = time.time_ns
+    receive = consumer.receive
+    # Give up at the deadline, or once nothing new has arrived for idle_timeout seconds.
+    deadline = time.monotonic() + p["timeout"]
+    idle_timeout: float = p.get("idle_timeout", 10.0)
+    last_new = time.monotonic()
+    message = None
+    while len(latencies_ns) < n:
+        now_s = time.monotonic()
+        if now_s > deadline or now_s - last_new > idle_timeout:
+            break
+        try:
+            message = receive(500)
+        except pulsar.Timeout:
+            continue
+        now = time_ns()
+        sent_ns, seq = unpack(message.data())
+        if seq < 0:
+            continue
+        if seen[seq]:
+            duplicates += 1
+            continue
+        seen[seq] = 1
+        latencies_ns.append(now - sent_ns)
+        last_new = time.monotonic()
+        if len(latencies_ns) % 1000 == 0:
+            consumer.acknowledge_cumulative(message)
+    if message is not None:
+        consumer.acknowledge_cumulative(message)
+    client.close()
+    latencies_ns.sort()
+    return {
+        "received": len(latencies_ns),
+        "duplicates": duplicates,
+        "latencies": _summary(latencies_ns),
+    }
+
+
+def _summary(sorted_ns: list[int]) -> dict[str, float]:
+    if not sorted_ns:
+        return {}
+
+    def pct(q: float) -> float:
+        return sorted_ns[min(len(sorted_ns) - 1, int(q * len(sorted_ns)))] / 1e6
+
+    return {
+        "p50_ms": pct(0.50),
+        "p90_ms": pct(0.90),
+        "p99_ms": pct(0.99),
+        "p999_ms": pct(0.999),
+        "max_ms": sorted_ns[-1] / 1e6,
+    }
+
+
+# -- entry point -------------------------------------------------------------------------------
+
+MODES: dict[str, Callable[[dict[str, Any], Callable[[], None]], dict[str, Any]]] = {
+    "official": run_official,
+    "sender": run_sender,
+    "consumer": run_consumer,
+}
+
+
+def main() -> None:
+    mode, params = sys.argv[1], json.loads(sys.argv[2])
+    # Keep the protocol on the original stdout; anything else printing to fd 1 goes to stderr.
+    protocol: TextIO = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+
+    def ready() -> None:
+        protocol.write("READY\n")
+        protocol.flush()
+        if sys.stdin.readline().strip() != "GO":
+            raise SystemExit("expected GO")
+
+    result = MODES[mode](params, ready)
+    protocol.write("RESULT " + json.dumps(result) + "\n")
+    protocol.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""The discard log: evidence, one JSON line per message given up or possibly duplicated.
+
+Like Bruce's discard reports, it tells an operator *which* messages were
+lost and why: time, reason, topic, key and a base64 prefix of the value.  It
+is off by default; when on, it costs nothing on the path of messages that are
+delivered.  Files rotate by size and keep a bounded number of archives.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import logging.handlers
+import struct
+import time
+
+from pulsar_bruce.batch.batch_builder import SealedBatch, batch_entries_of
+from pulsar_bruce.frame import pulsar_api_pb2 as pb
+from pulsar_bruce.parse.datagram import parse_datagram
+
+_U32 = struct.Struct(">I")
+
+
+class DiscardLog:
+    """Writes discard and possible-duplicate lines to a size-rotated file."""
+
+    def __init__(self, path: str, max_bytes: int, archives: int, value_prefix: int = 64):
+        self._logger = logging.Logger("pulsar_bruce.discards")  # not the root's handlers
+        handler = logging.handlers.RotatingFileHandler(
+            path, maxBytes=max_bytes, backupCount=archives, encoding="utf-8"
+        )
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        self._logger.addHandler(handler)
+        self._handler = handler
+        self.value_prefix = value_prefix
+
+    def datagram(self, reason: str, data: bytes) -> None:
+        """A datagram that never became a message (or was refused on the way in)."""
+        parsed = parse_datagram(data)
+        if isinstance(parsed, str):
+            self._write(reason, None, None, data)
+            return
+        topic, _, _, key, value_offset = parsed
+        self._write(reason, topic.decode("utf-8", "replace"), key, data[value_offset:])
+
+    def batch(self, reason: str, topic: str, batch: SealedBatch) -> None:
+        """Every message of a batch given up (``reason``) or resent (``possible_duplicate``)."""
+        raw = batch.payload if batch.payload or not batch.frame else batch_entries_of(batch)
+        offset = 0
+        while offset < len(raw):
+            (size,) = _U32.unpack_from(raw, offset)
+            metadata = pb.SingleMessageMetadata.FromString(raw[offset + 4 : offset + 4 + size])
+            start = offset + 4 + size
+            value = raw[start : start + metadata.payload_size]
+            key = metadata.partition_key.encode() if metadata.HasField("partition_key") else b""
+            if metadata.partition_key_b64_encoded:
+                key = base64.b64decode(key)
+            self._write(reason, topic, key, value)
+            offset = start + metadata.payload_size
+
+    def _write(self, reason: str, topic: str | None, key: bytes | None, value: bytes) -> None:
+        line: dict[str, object] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z",
+            "reason": reason,
+            "topic": topic,
+        }
+        if key is not None:
+            try:
+                line["key"] = key.decode("utf-8")
+            except UnicodeDecodeError:
+                line["key_b64"] = base64.b64encode(key).decode()
+        line["value_size"] = len(value)
+        line["value_b64_prefix"] = base64.b64encode(value[: self.value_prefix]).decode()
+        self._logger.warning("%s", json.dumps(line, separators=(",", ":")))
+
+    def close(self) -> None:
+        self._handler.close()

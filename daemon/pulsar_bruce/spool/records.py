@@ -1,0 +1,121 @@
+"""Spool record format, sans-IO.
+
+A spool file is a run of records::
+
+    [magic u32 "BRSP"][length u32][crc32c u32][kind u8][body: length - 1 bytes]
+
+``crc32c`` covers kind and body.  The magic lets a reader resynchronise after
+a corrupt record; a torn tail (a record cut short by a crash) is detected by
+its length or checksum, counted and skipped, never replayed as garbage.
+
+Kinds: ``DATAGRAM`` (a Bruce datagram exactly as received) and ``BATCH`` (a
+sealed batch taken out of memory at shutdown: topic, partition, sequence id,
+message count and the uncompressed batch entries).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Final
+
+import crc32c
+
+MAGIC: Final = b"BRSP"
+DATAGRAM: Final = 1
+BATCH: Final = 2
+
+_HEADER = struct.Struct(">4sII")  # magic, length, crc
+_BATCH_HEAD = struct.Struct(">HiqI")  # topic length, partition, sequence id, count
+HEADER_SIZE: Final = _HEADER.size
+#: Largest body we believe; anything larger is corruption.
+MAX_RECORD: Final = 64 * 1024 * 1024
+
+
+def encode(kind: int, body: bytes) -> bytes:
+    payload = bytes((kind,)) + body
+    return _HEADER.pack(MAGIC, len(payload), crc32c.crc32c(payload)) + payload
+
+
+def encode_batch(topic: str, partition: int, sequence_id: int, count: int, entries: bytes) -> bytes:
+    name = topic.encode()
+    return encode(
+        BATCH, _BATCH_HEAD.pack(len(name), partition, sequence_id, count) + name + entries
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SpooledBatch:
+    topic: str
+    partition: int
+    sequence_id: int
+    count: int
+    entries: bytes
+
+
+def decode_batch(body: bytes) -> SpooledBatch:
+    name_length, partition, sequence_id, count = _BATCH_HEAD.unpack_from(body, 0)
+    start = _BATCH_HEAD.size
+    topic = body[start : start + name_length].decode()
+    return SpooledBatch(topic, partition, sequence_id, count, body[start + name_length :])
+
+
+@dataclass(slots=True)
+class ScanResult:
+    """Records found in a chunk of a spool file, and what could not be read."""
+
+    records: list[tuple[int, bytes]]
+    #: Bytes consumed (whole records and skipped garbage); the rest is an incomplete tail.
+    consumed: int
+    corrupt: int = 0
+
+
+def scan(data: bytes, final: bool) -> ScanResult:
+    """Read the records in ``data``.
+
+    ``final``: ``data`` runs to the end of the file, so an incomplete record
+    at the end is a torn tail (counted as corrupt and consumed) rather than a
+    record still being written.
+    """
+    records: list[tuple[int, bytes]] = []
+    corrupt = 0
+    offset = 0
+    end = len(data)
+    while offset < end:
+        if end - offset < HEADER_SIZE:
+            if final:
+                corrupt += 1
+                offset = end
+            break
+        magic, length, checksum = _HEADER.unpack_from(data, offset)
+        if magic != MAGIC or length == 0 or length > MAX_RECORD:
+            corrupt += 1
+            offset = _resync(data, offset + 1)
+            continue
+        body_end = offset + HEADER_SIZE + length
+        if body_end > end:
+            if final:
+                corrupt += 1
+                offset = _resync(data, offset + 1)
+                continue
+            break
+        payload = data[offset + HEADER_SIZE : body_end]
+        if crc32c.crc32c(payload) != checksum or payload[0] not in (DATAGRAM, BATCH):
+            corrupt += 1
+            offset = _resync(data, offset + 1)
+            continue
+        records.append((payload[0], payload[1:]))
+        offset = body_end
+    return ScanResult(records, offset, corrupt)
+
+
+def _resync(data: bytes, start: int) -> int:
+    """Offset of the next magic at or after ``start`` (or the end)."""
+    found = data.find(MAGIC, start)
+    return len(data) if found < 0 else found
+
+
+def iter_records(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """All intact records of a complete file (tests and tools)."""
+    yield from scan(data, final=True).records

@@ -1,0 +1,194 @@
+"""Spool segment files: appended at the tail, read back from the head, in order.
+
+The directory holds ``seg-<n>.spool`` files (rotated at ``segment_bytes``) and
+a ``cursor`` file naming the segment being read and the offset reached in it.
+A fully read segment is deleted.  At shutdown, batches still in memory are
+written to a *front* segment that sorts before the head (``seg-<n>.0front.spool``),
+so they are replayed first, as they are older than anything already spooled.
+
+Durability follows ``fsync``: ``always`` (every append), ``interval`` (the
+edge calls :meth:`SpoolStore.sync` about once a second) or ``never``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import BinaryIO
+
+from pulsar_bruce.spool import records
+
+FSYNC_POLICIES = ("always", "interval", "never")
+_CURSOR = "cursor"
+_SUFFIX = ".spool"
+
+
+class SpoolStore:
+    """Bounded, ordered, on-disk overflow queue of spool records."""
+
+    def __init__(
+        self,
+        directory: str | Path,
+        max_bytes: int,
+        fsync: str = "interval",
+        segment_bytes: int = 16 * 1024 * 1024,
+    ):
+        if fsync not in FSYNC_POLICIES:
+            raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}")
+        self.directory = Path(directory)
+        self.max_bytes = max_bytes
+        self.fsync = fsync
+        self.segment_bytes = segment_bytes
+        self.size_bytes = 0
+        self.corrupt_records = 0
+        self._tail: BinaryIO | None = None
+        self._tail_name = ""
+        self._tail_size = 0
+        self._dirty = False
+        self._cursor_name = ""
+        self._cursor_offset = 0
+        self._next_number = 1
+
+    # -- opening ------------------------------------------------------------------------
+
+    def open(self) -> None:
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        segments = self._segments()
+        cursor = self.directory / _CURSOR
+        if cursor.exists():
+            name, _, offset = cursor.read_text().partition(" ")
+            if name in segments and offset.strip().isdigit():
+                self._cursor_name, self._cursor_offset = name, int(offset)
+        for name in segments:
+            self.size_bytes += (self.directory / name).stat().st_size
+        if self._cursor_name:
+            self.size_bytes -= self._cursor_offset
+        if segments:
+            self._next_number = _number(segments[-1]) + 1
+
+    def _segments(self) -> list[str]:
+        return sorted(p.name for p in self.directory.glob(f"seg-*{_SUFFIX}"))
+
+    # -- writing ------------------------------------------------------------------------
+
+    def has_room(self, size: int) -> bool:
+        return self.size_bytes + size <= self.max_bytes
+
+    @property
+    def is_empty(self) -> bool:
+        return self.size_bytes == 0
+
+    def append(self, record: bytes) -> None:
+        """Append one encoded record at the tail (the caller checked :meth:`has_room`)."""
+        if self._tail is None or self._tail_size >= self.segment_bytes:
+            self._open_new_tail()
+        assert self._tail is not None
+        self._tail.write(record)
+        self._tail_size += len(record)
+        self.size_bytes += len(record)
+        self._dirty = True
+        if self.fsync == "always":
+            self.sync()
+
+    def _open_new_tail(self) -> None:
+        self._close_tail()
+        self._tail_name = f"seg-{self._next_number:012d}{_SUFFIX}"
+        self._next_number += 1
+        self._tail = (self.directory / self._tail_name).open("ab")
+        self._tail_size = 0
+
+    def _close_tail(self) -> None:
+        if self._tail is not None:
+            self.sync()
+            self._tail.close()
+            self._tail = None
+
+    def sync(self) -> None:
+        """Make what was appended durable (per the fsync policy)."""
+        if self._tail is None or not self._dirty:
+            return
+        self._tail.flush()
+        if self.fsync != "never":
+            os.fsync(self._tail.fileno())
+        self._dirty = False
+
+    def write_front(self, front: list[bytes]) -> None:
+        """Shutdown: records older than everything spooled so far, to be replayed first."""
+        if not front:
+            return
+        segments = self._segments()
+        head = segments[0] if segments else f"seg-{self._next_number:012d}{_SUFFIX}"
+        name = head.removesuffix(_SUFFIX) + ".0front" + _SUFFIX
+        path = self.directory / name
+        with path.open("ab") as handle:
+            for record in front:
+                handle.write(record)
+                self.size_bytes += len(record)
+            handle.flush()
+            if self.fsync != "never":
+                os.fsync(handle.fileno())
+
+    # -- reading ------------------------------------------------------------------------
+
+    def read(self, max_bytes: int) -> list[tuple[int, bytes]]:
+        """Up to about ``max_bytes`` of records from the head, in order; advances the cursor."""
+        if self._tail is not None:
+            self._tail.flush()
+        out: list[tuple[int, bytes]] = []
+        budget = max_bytes
+        for name in self._segments():
+            if budget <= 0:
+                break
+            path = self.directory / name
+            offset = self._cursor_offset if name == self._cursor_name else 0
+            is_tail = name == self._tail_name
+            with path.open("rb") as handle:
+                handle.seek(offset)
+                data = handle.read(budget)
+                at_end = handle.tell() >= os.fstat(handle.fileno()).st_size
+            result = records.scan(data, final=at_end and not is_tail)
+            self.corrupt_records += result.corrupt
+            out.extend(result.records)
+            offset += result.consumed
+            self.size_bytes = max(self.size_bytes - result.consumed, 0)
+            budget -= result.consumed
+            finished = at_end and result.consumed == len(data)
+            if finished and not is_tail:
+                path.unlink()
+                continue
+            if finished and is_tail:
+                self._reset_tail()
+                break
+            self._save_cursor(name, offset)
+            break  # this segment is not done: the next one must wait
+        else:
+            self._save_cursor("", 0)
+        return out
+
+    def _reset_tail(self) -> None:
+        """Everything written has been read: start the next append in a fresh segment."""
+        if self._tail is not None:
+            self._tail.close()
+            self._tail = None
+            with contextlib.suppress(OSError):
+                (self.directory / self._tail_name).unlink()
+        self._tail_name = ""
+        self._save_cursor("", 0)
+        self.size_bytes = 0
+
+    def _save_cursor(self, name: str, offset: int) -> None:
+        if (name, offset) == (self._cursor_name, self._cursor_offset):
+            return
+        self._cursor_name, self._cursor_offset = name, offset
+        temporary = self.directory / (_CURSOR + ".tmp")
+        temporary.write_text(f"{name} {offset}")
+        temporary.replace(self.directory / _CURSOR)
+
+    def close(self) -> None:
+        self._close_tail()
+
+
+def _number(name: str) -> int:
+    digits = name.removeprefix("seg-").split(".", 1)[0]
+    return int(digits) if digits.isdigit() else 0

@@ -1,0 +1,114 @@
+"""The disk spool with a real broker: outages, shutdown, restart, torn files."""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import Broker, consume, wait_for
+
+pytestmark = pytest.mark.broker
+
+
+def values_of(broker: Broker, topic: str, count: int) -> set[int]:
+    messages = consume(broker.url, f"persistent://public/default/{topic}", count, timeout=30)
+    return {struct.unpack(">I", m.value[:4])[0] for m in messages}
+
+
+def send_numbered(daemon, topic: str, numbers: range, size: int = 100) -> None:
+    with daemon.sender() as sender:
+        for i in numbers:
+            sender.send(topic, struct.pack(">I", i) + b"x" * (size - 4))
+
+
+def test_overflow_goes_to_disk_and_arrives_after_the_outage(
+    tmp_path: Path, own_broker: Broker, start_daemon
+) -> None:
+    topic = f"spill-{uuid.uuid4().hex[:8]}"
+    daemon = start_daemon(
+        own_broker.url,
+        "--buffer-max-bytes", "64KiB",
+        "--batch-max-bytes", "16KiB",
+        "--spool-dir", str(tmp_path / "spool"),
+        "--send-timeout-s", "0",
+    )  # fmt: skip
+    daemon.warm_up(topic, 4)
+    own_broker.kill()
+    send_numbered(daemon, topic, range(5000))  # 500 KB: far beyond 64 KiB of memory
+    counters = wait_for(
+        lambda: (c := daemon.counters()).received == 5001 and c, 30, "all datagrams received"
+    )
+    assert counters.discarded["buffer_full"] == 0
+    assert daemon.metrics()["pulsar_bruce_spooled_messages"] > 0
+    own_broker.start()
+    counters = daemon.wait_settled(5001, timeout=90)
+    assert counters.acked == 5001 and counters.total_discarded == 0
+    assert values_of(own_broker, topic, 5001 + counters.possible_duplicates) >= set(range(5000))
+
+
+def test_unreachable_broker_sends_new_messages_to_disk(
+    tmp_path: Path, own_broker: Broker, start_daemon
+) -> None:
+    topic = f"away-{uuid.uuid4().hex[:8]}"
+    daemon = start_daemon(
+        own_broker.url, "--spool-dir", str(tmp_path / "spool"), "--spool-after-s", "0.5",
+        "--send-timeout-s", "0",
+    )  # fmt: skip
+    daemon.warm_up(topic, 4)
+    own_broker.kill()
+    send_numbered(daemon, topic, range(10))
+    wait_for(lambda: "no broker reachable" in daemon.log(), 30, "the spill to start")
+    send_numbered(daemon, topic, range(10, 20))
+    wait_for(
+        lambda: daemon.metrics()["pulsar_bruce_spooled_messages"] == 10, 10, "10 messages on disk"
+    )
+    own_broker.start()
+    counters = daemon.wait_settled(21, timeout=90)
+    assert counters.acked == 21
+    assert values_of(own_broker, topic, 21 + counters.possible_duplicates) >= set(range(20))
+
+
+def test_shutdown_timeout_keeps_messages_for_the_next_start(
+    tmp_path: Path, own_broker: Broker, start_daemon
+) -> None:
+    topic = f"restart-{uuid.uuid4().hex[:8]}"
+    spool = tmp_path / "spool"
+    first = start_daemon(
+        own_broker.url, "--spool-dir", str(spool), "--shutdown-timeout-s", "1",
+        "--spool-after-s", "600",
+    )  # fmt: skip
+    first.warm_up(topic, 4)
+    first.wait_settled(1)
+    own_broker.kill()
+    send_numbered(first, topic, range(300))
+    wait_for(lambda: first.counters().received == 301, 30, "the datagrams")
+    assert first.terminate() == 0
+    assert "kept in the spool" in first.log()
+    own_broker.start()
+    second = start_daemon(own_broker.url, "--spool-dir", str(spool))
+    counters = second.wait_settled(300, timeout=90)
+    assert counters.acked == 300 and counters.total_discarded == 0
+    assert values_of(own_broker, topic, 301 + counters.possible_duplicates) >= set(range(300))
+
+
+def test_a_torn_spool_file_is_counted_and_the_rest_replayed(
+    tmp_path: Path, broker: Broker, start_daemon
+) -> None:
+    from pulsar_bruce.spool import records
+    from to_pulsar.encoding import encode_any_partition
+
+    topic = f"torn-{uuid.uuid4().hex[:8]}"
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    good = [
+        records.encode(records.DATAGRAM, encode_any_partition(topic, struct.pack(">I", i)))
+        for i in range(5)
+    ]
+    (spool / "seg-000000000001.spool").write_bytes(b"".join(good) + good[0][:9])  # torn tail
+    daemon = start_daemon(broker.url, "--spool-dir", str(spool))
+    counters = daemon.wait_settled(5)
+    assert counters.acked == 5 and counters.received == 5
+    assert daemon.metrics()["pulsar_bruce_spool_corrupt_records_total"] == 1
+    assert values_of(broker, topic, 5) == set(range(5))
