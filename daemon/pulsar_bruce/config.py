@@ -263,6 +263,9 @@ OPTIONS: tuple[Option, ...] = (
            "N"),
     Option("receipt_timeout_s", 30.0, _positive_number,
            "a batch unconfirmed this long makes the daemon reconnect and resend", "SECONDS"),
+    Option("stream_socket", "auto", _text,
+           "UNIX stream socket for confirmed delivery (flush requests); auto: next to --socket "
+           "(bruce.sock -> bruce.stream.sock); off: none", "PATH"),
     Option("spool_dir", "", _optional_dir,
            "directory of the disk spool; empty: no spool (overflow is discarded as buffer_full)",
            "PATH"),
@@ -354,6 +357,7 @@ class Config:
     send_timeout_s: float
     max_send_attempts: int
     receipt_timeout_s: float
+    stream_socket: str
     spool_dir: str
     spool_max_bytes: int
     spool_fsync: str
@@ -384,6 +388,16 @@ class Config:
         for override in (exact or globbed)[:1]:
             values.update(override.values)
         return TopicSettings(**values)
+
+    @property
+    def stream_socket_path(self) -> str | None:
+        """Where the stream socket goes (None: off)."""
+        if self.stream_socket.strip().lower() == "off" or not self.stream_socket.strip():
+            return None
+        if self.stream_socket == "auto":
+            base = self.socket.removesuffix(".sock")
+            return f"{base}.stream.sock"
+        return self.stream_socket
 
     @property
     def log_level_number(self) -> int:

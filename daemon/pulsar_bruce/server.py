@@ -27,6 +27,7 @@ from pulsar_bruce.connection.broker_connection import ConnectionClosedError, Ser
 from pulsar_bruce.connection.pool import ConnectionPool, TopicLookupError
 from pulsar_bruce.connection.security import ConnectionSecurity
 from pulsar_bruce.input.socket_reader import DatagramReader, open_datagram_socket
+from pulsar_bruce.input.stream_server import StreamServer
 from pulsar_bruce.metrics.discard_log import DiscardLog
 from pulsar_bruce.metrics.http import MetricsServer
 from pulsar_bruce.metrics.registry import Metrics
@@ -64,6 +65,7 @@ class Server:
         )
         self._rate_refills: dict[str, asyncio.TimerHandle] = {}
         self.spooler: Spooler | None = None
+        self.stream_server: StreamServer | None = None
         if config.spool_dir:
             self.spooler = Spooler(
                 SpoolStore(config.spool_dir, config.spool_max_bytes, config.spool_fsync),
@@ -126,6 +128,12 @@ class Server:
             self.forwarder.max_message_bytes,
         )
         self.reader.start()
+        stream_path = self.config.stream_socket_path
+        if stream_path is not None:
+            self.stream_server = StreamServer(
+                stream_path, self.config.socket_mode, self.forwarder, self._flush_dirty
+            )
+            await self.stream_server.start()
         if self.spooler is not None:
             self.spooler.open()
             self._spawn(self.spooler.run())
@@ -172,6 +180,8 @@ class Server:
                     Path(self.config.socket).unlink()
             # What senders queued before we stopped is ours to deliver.
             reader.close_after_final_drain(refuse_new=not self.socket_activated)
+        if self.stream_server is not None:
+            await self.stream_server.stop()
         if self.spooler is not None:
             self.spooler.stop_replaying()  # what is on disk stays there for the next start
         self.forwarder.seal_all(self.batch_sealed)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pulsar_bruce.batch.compression import decompress
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import decode_frame_body
+from pulsar_bruce.route.confirmation import Confirmation, TagRun, add_tag, split_tags
 
 _U32 = struct.Struct(">I")
 
@@ -72,6 +73,8 @@ class SealedBatch:
     #: Bytes charged against ``--buffer-max-bytes`` until the batch is acked or discarded.
     buffer_bytes: int
     sequence_id: int = -1
+    #: Which messages came from stream connections awaiting confirmation (None: none did).
+    tags: list[TagRun] | None = None
     frame: bytes = b""
     #: Set by the I/O edge: when the batch was sealed and last written (monotonic seconds).
     created_at: float = 0.0
@@ -86,11 +89,13 @@ class SealedBatch:
 class BatchBuilder:
     """The open batch of one partition."""
 
-    __slots__ = ("_event_time", "_event_time_field", "buffer", "count")
+    __slots__ = ("_event_time", "_event_time_field", "buffer", "count", "tags")
 
     def __init__(self) -> None:
         self.buffer = bytearray()
         self.count = 0
+        #: Run-length confirmation tags, allocated by the first stream message only.
+        self.tags: list[TagRun] | None = None
         self._event_time = 0
         self._event_time_field = b""
 
@@ -130,10 +135,18 @@ class BatchBuilder:
     def seal(self) -> SealedBatch:
         """Close the batch and reset for the next one (compression happens at first send)."""
         raw = bytes(self.buffer)
-        batch = SealedBatch(count=self.count, payload=raw, buffer_bytes=len(raw))
+        batch = SealedBatch(count=self.count, payload=raw, buffer_bytes=len(raw), tags=self.tags)
         self.buffer = bytearray()
         self.count = 0
+        self.tags = None
         return batch
+
+    def tag_last(self, tag: Confirmation | None) -> None:
+        """The message just appended belongs to ``tag`` (a stream connection's confirmation)."""
+        tags = self.tags
+        if tags is None:
+            tags = self.tags = [TagRun(None, self.count - 1)] if self.count > 1 else []
+        add_tag(tags, tag)
 
 
 def entry_offsets(raw: bytes) -> list[int]:
@@ -154,9 +167,15 @@ def split_batch(batch: SealedBatch) -> tuple[SealedBatch, SealedBatch]:
     offsets = entry_offsets(raw)
     half = len(offsets) // 2
     cut = offsets[half]
+    first_tags, rest_tags = split_tags(batch.tags, half) if batch.tags else (None, None)
     return (
-        SealedBatch(count=half, payload=raw[:cut], buffer_bytes=cut),
-        SealedBatch(count=len(offsets) - half, payload=raw[cut:], buffer_bytes=len(raw) - cut),
+        SealedBatch(count=half, payload=raw[:cut], buffer_bytes=cut, tags=first_tags),
+        SealedBatch(
+            count=len(offsets) - half,
+            payload=raw[cut:],
+            buffer_bytes=len(raw) - cut,
+            tags=rest_tags,
+        ),
     )
 
 

@@ -29,6 +29,7 @@ from pulsar_bruce.metrics.stats import Stats
 from pulsar_bruce.parse.datagram import parse_datagram
 from pulsar_bruce.parse.topic import normalize_topic
 from pulsar_bruce.producer.partition_producer import PartitionProducer
+from pulsar_bruce.route.confirmation import Confirmation, settle_tags
 from pulsar_bruce.route.router import Topic
 from pulsar_bruce.spool import records as spool_records
 from pulsar_bruce.spool.records import SpooledBatch
@@ -123,12 +124,64 @@ class Forwarder:
             self._refuse(topic, reasons.BUFFER_FULL, data)
             return
         if not topic.producers:
-            topic.unrouted.append((key_field, timestamp, data, value_offset, partition_key))
+            topic.unrouted.append((key_field, timestamp, data, value_offset, partition_key, None))
             stats.buffered_messages += 1
             stats.buffered_bytes += size
             return
         producer = topic.choose_any() if partition_key < 0 else topic.choose_keyed(partition_key)
         self._append(producer, key_field, timestamp, data, value_offset, size)
+
+    def handle_stream_record(self, data: bytes, confirmation: Confirmation) -> bool:
+        """A message record from a stream connection, tracked for its flush.
+
+        Returns False, having counted nothing, when memory cannot take it now:
+        the stream edge stops reading that connection and offers it again
+        later (backpressure instead of ``buffer_full``; never to the spool).
+        """
+        stats = self.stats
+        if len(data) > self.max_message_bytes:
+            return self._reject_record(reasons.TOO_LARGE, data, confirmation)
+        parsed = parse_datagram(data)
+        if isinstance(parsed, str):
+            return self._reject_record(parsed, data, confirmation)
+        topic_bytes, partition_key, timestamp, key, value_offset = parsed
+        topic = self.topics.get(topic_bytes) or self._add_topic(topic_bytes)
+        if topic is None:
+            return self._reject_record(reasons.BAD_TOPIC, data, confirmation)
+        key_field = encode_key_field(key) if key else b""
+        size = len(data) - value_offset + len(key_field) + _ENTRY_OVERHEAD
+        if self.spilling or stats.buffered_bytes + size > self.buffer_max_bytes:
+            return False
+        stats.received += 1
+        reason = None
+        if len(data) > topic.max_message_bytes:
+            reason = reasons.TOO_LARGE
+        elif topic.rate_budget is not None:
+            if topic.rate_budget <= 0:
+                reason = reasons.RATE_LIMITED
+            else:
+                topic.rate_budget -= 1
+        if reason is not None:
+            self._refuse(topic, reason, data)
+            confirmation.discard(reason)
+            return True
+        confirmation.outstanding += 1
+        if not topic.producers:
+            topic.unrouted.append(
+                (key_field, timestamp, data, value_offset, partition_key, confirmation)
+            )
+            stats.buffered_messages += 1
+            stats.buffered_bytes += size
+            return True
+        producer = topic.choose_any() if partition_key < 0 else topic.choose_keyed(partition_key)
+        self._append(producer, key_field, timestamp, data, value_offset, size, confirmation)
+        return True
+
+    def _reject_record(self, reason: str, data: bytes, confirmation: Confirmation) -> bool:
+        self.stats.received += 1
+        self._reject(reason, data)
+        confirmation.discard(reason)
+        return True
 
     def _append(
         self,
@@ -138,6 +191,7 @@ class Forwarder:
         data: bytes,
         value_offset: int,
         size: int,
+        tag: Confirmation | None = None,
     ) -> None:
         """Append one message to ``producer``'s open batch, sealing it when full."""
         batch = producer.batch
@@ -146,6 +200,8 @@ class Forwarder:
             self.events.batch_sealed(producer)
         self.stats.buffered_bytes += batch.append(key_field, timestamp, data, value_offset)
         self.stats.buffered_messages += 1
+        if tag is not None or batch.tags is not None:
+            batch.tag_last(tag)
         if batch.count == 1:
             self.events.batch_opened(producer)
         if batch.count >= producer.policy.max_messages or (
@@ -200,14 +256,14 @@ class Forwarder:
             self._queue_sealed(topic, partition, batch)
         waiting, topic.unrouted = topic.unrouted, []
         stats = self.stats
-        for key_field, timestamp, data, value_offset, partition_key in waiting:
+        for key_field, timestamp, data, value_offset, partition_key, tag in waiting:
             size = BatchBuilder.entry_size(key_field, len(data) - value_offset)
             stats.buffered_messages -= 1
             stats.buffered_bytes -= size
             producer = (
                 topic.choose_any() if partition_key < 0 else topic.choose_keyed(partition_key)
             )
-            self._append(producer, key_field, timestamp, data, value_offset, size)
+            self._append(producer, key_field, timestamp, data, value_offset, size, tag)
 
     # -- outcomes -------------------------------------------------------------------------
 
@@ -281,7 +337,7 @@ class Forwarder:
                         )
                     )
                     total += batch.count
-            for _key, _timestamp, data, _offset, _partition_key in topic.unrouted:
+            for _key, _timestamp, data, _offset, _partition_key, _tag in topic.unrouted:
                 front.append(spool_records.encode(spool_records.DATAGRAM, data))
                 total += 1
         if not front or not write(front):
@@ -297,6 +353,8 @@ class Forwarder:
         return total
 
     def on_acked(self, topic: Topic, batch: SealedBatch) -> None:
+        if batch.tags:
+            settle_tags(batch.tags, None)
         stats = self.stats
         stats.acked += batch.count
         stats.buffered_messages -= batch.count
@@ -304,6 +362,8 @@ class Forwarder:
         topic.stats.acked += batch.count
 
     def discard_batch(self, topic: Topic, batch: SealedBatch, reason: str) -> None:
+        if batch.tags:
+            settle_tags(batch.tags, reason)
         if self.discard_log is not None:
             self.discard_log.batch(reason, topic.name, batch)
         stats = self.stats
@@ -325,9 +385,11 @@ class Forwarder:
                 total += batch.count
             topic.unrouted_batches.clear()
             if topic.unrouted:
-                if self.discard_log is not None:
-                    for waiting in topic.unrouted:
+                for waiting in topic.unrouted:
+                    if self.discard_log is not None:
                         self.discard_log.datagram(reason, waiting[2])
+                    if waiting[5] is not None:
+                        waiting[5].settle(1, reason)
                 count = len(topic.unrouted)
                 total += count
                 self.stats.discard(reason, count)

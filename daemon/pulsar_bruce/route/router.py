@@ -12,10 +12,11 @@ from __future__ import annotations
 from pulsar_bruce.batch.batch_builder import SealedBatch
 from pulsar_bruce.metrics.stats import TopicStats
 from pulsar_bruce.producer.partition_producer import PartitionProducer
+from pulsar_bruce.route.confirmation import Confirmation
 
 #: A message waiting for the topic's partition count: (key field, timestamp, datagram,
-#: value offset, partition key or -1).
-Unrouted = tuple[bytes, int, bytes, int, int]
+#: value offset, partition key or -1, stream confirmation or None).
+Unrouted = tuple[bytes, int, bytes, int, int, Confirmation | None]
 
 
 class Topic:

@@ -1,0 +1,143 @@
+"""The stream socket's asyncio edge: accept connections, read records, answer flushes.
+
+Backpressure: when the forwarder has no room for a record, the connection
+stops reading (the sender's writes block in the kernel) and the record is
+offered again a little later; nothing is discarded for lack of memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+from pulsar_bruce.input.socket_reader import SocketInUseError
+from pulsar_bruce.input.stream_session import FramingError, StreamSession
+from pulsar_bruce.route.forwarder import Forwarder
+
+log = logging.getLogger(__name__)
+
+_RETRY_S = 0.005
+#: The largest stream record accepted as framing (larger ones are too_large) is this
+#: multiple of --max-message-bytes; beyond it the stream is considered out of sync.
+_FRAMING_SLACK = 4
+
+
+class StreamConnection(asyncio.Protocol):
+    """One client connection."""
+
+    def __init__(self, forwarder: Forwarder, after_records: Callable[[], None]):
+        self.forwarder = forwarder
+        self._after_records = after_records
+        self.session = StreamSession(
+            max(forwarder.max_message_bytes * _FRAMING_SLACK, 1 << 20), self._settled
+        )
+        self.transport: asyncio.Transport | None = None
+        self._paused = False
+        self._response_scheduled = False
+        self._loop = asyncio.get_running_loop()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.session.feed(data)
+        if not self._paused:
+            self._process()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+
+    def _process(self) -> None:
+        session = self.session
+        forwarder = self.forwarder
+        try:
+            while (record := session.peek_record()) is not None:
+                if session.is_flush_request(record):
+                    session.flush_request(record)
+                elif not forwarder.handle_stream_record(record, session.current):
+                    self._pause()
+                    break
+                session.consume(record)
+            else:
+                self._resume()
+        except FramingError as exc:
+            log.warning("stream connection closed: %s", exc)
+            if self.transport is not None:
+                self.transport.close()
+        self._after_records()
+        self._write_responses()
+
+    def _pause(self) -> None:
+        if not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._loop.call_later(_RETRY_S, self._process)
+
+    def _resume(self) -> None:
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def _settled(self) -> None:
+        if not self._response_scheduled:
+            self._response_scheduled = True
+            self._loop.call_soon(self._write_responses)
+
+    def _write_responses(self) -> None:
+        self._response_scheduled = False
+        data = self.session.responses()
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+
+class StreamServer:
+    """Listens on the stream socket path."""
+
+    def __init__(
+        self, path: str, mode: int, forwarder: Forwarder, after_records: Callable[[], None]
+    ):
+        self.path = path
+        self.mode = mode
+        self.forwarder = forwarder
+        self._after_records = after_records
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> None:
+        target = Path(self.path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_stream_socket(target)
+        old_umask = os.umask(0o777 & ~self.mode)
+        try:
+            self._server = await asyncio.get_running_loop().create_unix_server(
+                lambda: StreamConnection(self.forwarder, self._after_records), self.path
+            )
+        finally:
+            os.umask(old_umask)
+        os.chmod(self.path, self.mode)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(OSError):
+                Path(self.path).unlink()
+
+
+def _remove_stale_stream_socket(target: Path) -> None:
+    if not target.exists():
+        return
+    if not target.is_socket():
+        raise SocketInUseError(f"{target} exists and is not a socket; refusing to replace it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(target))
+    except OSError:
+        target.unlink(missing_ok=True)
+        return
+    finally:
+        probe.close()
+    raise SocketInUseError(f"another process is accepting on {target}")

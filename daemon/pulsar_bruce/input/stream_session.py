@@ -1,0 +1,114 @@
+"""One stream-socket connection, sans-IO: record framing, flush requests, flush responses.
+
+Records arrive back to back; ``Size`` (int32, counting itself) delimits
+them.  Message records are Bruce AnyPartition/PartitionKey records, exactly
+as datagrams.  Two record types of our own complete the protocol::
+
+    FlushRequest  (ApiKey 258, v0) => Flags:int16 RequestId:int64
+    FlushResponse (ApiKey 259, v0) => Flags:int16 RequestId:int64 Acked:int64
+                                      ReasonCount:int16 (ReasonSize:int16 Reason Count:int64)*
+
+A flush is answered, in order, once every record the connection sent before it
+is acked or discarded; the counts cover the records since the previous flush.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import Callable
+from typing import Final
+
+from pulsar_bruce.route.confirmation import Confirmation
+
+API_KEY_FLUSH_REQUEST: Final = 258
+API_KEY_FLUSH_RESPONSE: Final = 259
+
+_HEADER = struct.Struct(">ihh")  # Size, ApiKey, ApiVersion
+_FLUSH_REQUEST = struct.Struct(">ihhhq")  # Size, ApiKey, ApiVersion, Flags, RequestId
+_RESPONSE_HEAD = struct.Struct(">ihhhqqh")  # Size .. Acked, ReasonCount
+_REASON_SIZE = struct.Struct(">h")
+_COUNT = struct.Struct(">q")
+
+
+class FramingError(Exception):
+    """The byte stream no longer splits into records: the connection must be closed."""
+
+
+def encode_flush_request(request_id: int) -> bytes:
+    return _FLUSH_REQUEST.pack(_FLUSH_REQUEST.size, API_KEY_FLUSH_REQUEST, 0, 0, request_id)
+
+
+def encode_flush_response(request_id: int, acked: int, discarded: dict[str, int]) -> bytes:
+    parts = []
+    for reason, count in sorted(discarded.items()):
+        name = reason.encode("ascii")
+        parts.append(_REASON_SIZE.pack(len(name)) + name + _COUNT.pack(count))
+    body = b"".join(parts)
+    size = _RESPONSE_HEAD.size + len(body)
+    head = _RESPONSE_HEAD.pack(size, API_KEY_FLUSH_RESPONSE, 0, 0, request_id, acked, len(parts))
+    return head + body
+
+
+class StreamSession:
+    """Framing and confirmation bookkeeping of one stream connection."""
+
+    def __init__(self, max_record_bytes: int, on_settled: Callable[[], None]):
+        self.max_record_bytes = max_record_bytes
+        self._on_settled = on_settled
+        self._buffer = bytearray()
+        self._offset = 0
+        #: Confirmation of the records since the last flush request.
+        self.current = Confirmation(on_settled)
+        self._flushes: deque[Confirmation] = deque()
+
+    def feed(self, data: bytes) -> None:
+        if self._offset:
+            del self._buffer[: self._offset]
+            self._offset = 0
+        self._buffer += data
+
+    def peek_record(self) -> bytes | None:
+        """The next complete record (not consumed until :meth:`consume`), or None."""
+        buffer = self._buffer
+        offset = self._offset
+        if len(buffer) - offset < 8:
+            return None
+        size, _, _ = _HEADER.unpack_from(buffer, offset)
+        if size < 8 or size > self.max_record_bytes:
+            raise FramingError(f"record size {size} is outside 8..{self.max_record_bytes}")
+        if len(buffer) - offset < size:
+            return None
+        return bytes(buffer[offset : offset + size])
+
+    def consume(self, record: bytes) -> None:
+        self._offset += len(record)
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._buffer) - self._offset
+
+    @staticmethod
+    def is_flush_request(record: bytes) -> bool:
+        return bool(_HEADER.unpack_from(record, 0)[1] == API_KEY_FLUSH_REQUEST)
+
+    def flush_request(self, record: bytes) -> None:
+        """Close the current confirmation under the request's id; a new one starts."""
+        if len(record) != _FLUSH_REQUEST.size:
+            raise FramingError(f"flush request of {len(record)} bytes")
+        _, _, version, _, request_id = _FLUSH_REQUEST.unpack(record)
+        if version != 0:
+            raise FramingError(f"flush request version {version}")
+        self.current.request_id = request_id
+        self._flushes.append(self.current)
+        self.current = Confirmation(self._on_settled)
+
+    def responses(self) -> bytes:
+        """Responses for every flush that is now complete, in request order."""
+        out = []
+        flushes = self._flushes
+        while flushes and flushes[0].outstanding == 0:
+            done = flushes.popleft()
+            assert done.request_id is not None
+            out.append(encode_flush_response(done.request_id, done.acked, done.discarded))
+        return b"".join(out)

@@ -1,0 +1,146 @@
+"""The stream socket on a real daemon and broker: confirmed delivery, discards, backpressure."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import uuid
+
+import pytest
+from conftest import Broker, consume, wait_for
+from pulsar_bruce.input.stream_session import encode_flush_request
+from to_pulsar.encoding import encode_any_partition, encode_partition_key
+
+pytestmark = pytest.mark.broker
+
+
+class RawStream:
+    """A minimal client: records out, flush responses in (the library's own client is
+    tested separately; this one checks the daemon against the wire format alone)."""
+
+    def __init__(self, path: str):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(60)
+        self.sock.connect(path)
+        self._buffer = b""
+        self._next_id = 1
+
+    def send(self, record: bytes) -> None:
+        self.sock.sendall(record)
+
+    def flush(self) -> tuple[int, dict[str, int]]:
+        request_id = self._next_id
+        self._next_id += 1
+        self.sock.sendall(encode_flush_request(request_id))
+        response = self._read_response()
+        assert response[0] == request_id
+        return response[1], response[2]
+
+    def _read_response(self) -> tuple[int, int, dict[str, int]]:
+        while (
+            len(self._buffer) < 4 or len(self._buffer) < struct.unpack_from(">i", self._buffer)[0]
+        ):
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("daemon closed the stream")
+            self._buffer += chunk
+        (size,) = struct.unpack_from(">i", self._buffer)
+        data, self._buffer = self._buffer[:size], self._buffer[size:]
+        _, api_key, _, _, request_id, acked, count = struct.unpack_from(">ihhhqqh", data)
+        assert api_key == 259
+        offset, discarded = struct.calcsize(">ihhhqqh"), {}
+        for _ in range(count):
+            (length,) = struct.unpack_from(">h", data, offset)
+            reason = data[offset + 2 : offset + 2 + length].decode()
+            discarded[reason] = struct.unpack_from(">q", data, offset + 2 + length)[0]
+            offset += 10 + length
+        return request_id, acked, discarded
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def stream_path(daemon) -> str:
+    return daemon.socket_path.removesuffix(".sock") + ".stream.sock"
+
+
+def test_flush_answers_once_everything_before_it_is_acked(broker: Broker, start_daemon) -> None:
+    daemon = start_daemon(broker.url, "--batch-max-delay-ms", "50")
+    topic = f"stream-{uuid.uuid4().hex[:8]}"
+    client = RawStream(stream_path(daemon))
+    for i in range(500):
+        client.send(encode_partition_key(i, topic, b"s%d" % i, key=b"k%d" % i))
+    assert client.flush() == (500, {})
+    counters = daemon.counters()
+    assert counters.acked == 500 and counters.received == 500  # acked before the answer
+    client.send(encode_any_partition(topic, b"after"))
+    assert client.flush() == (1, {})  # counts cover only what came since the last flush
+    client.close()
+    assert len(consume(broker.url, f"persistent://public/default/{topic}", 501)) == 501
+
+
+def test_bad_records_are_counted_and_the_connection_stays_usable(
+    broker: Broker, start_daemon
+) -> None:
+    daemon = start_daemon(broker.url, "--max-message-bytes", "1024")
+    topic = f"stream-bad-{uuid.uuid4().hex[:8]}"
+    client = RawStream(stream_path(daemon))
+    good = encode_any_partition(topic, b"fine")
+    client.send(good)
+    client.send(encode_any_partition(topic, b"x" * 2000))  # over --max-message-bytes
+    client.send(good[:8] + b"\x00\x01" + good[10:])  # Flags != 0: malformed
+    client.send(encode_any_partition("a/b", b"bad topic"))
+    client.send(struct.pack(">ihh", 8, 999, 0))  # unknown ApiKey
+    client.send(good)
+    acked, discarded = client.flush()
+    assert acked == 2
+    assert discarded == {
+        "too_large": 1,
+        "malformed": 1,
+        "bad_topic": 1,
+        "unsupported_api_key": 1,
+    }
+    assert daemon.counters().identity_holds()
+    client.close()
+
+
+def test_lost_framing_closes_the_connection_only(broker: Broker, start_daemon) -> None:
+    daemon = start_daemon(broker.url)
+    client = RawStream(stream_path(daemon))
+    client.send(struct.pack(">ihh", 4, 256, 0))  # Size 4 cannot be a record
+    with pytest.raises(ConnectionError):
+        client.flush()
+    wait_for(lambda: "stream connection closed" in daemon.log(), 10, "the log line")
+    again = RawStream(stream_path(daemon))
+    again.send(encode_any_partition("after-framing-loss", b"ok"))
+    assert again.flush() == (1, {})
+
+
+def test_a_full_buffer_stops_reading_instead_of_discarding(
+    own_broker: Broker, start_daemon
+) -> None:
+    daemon = start_daemon(
+        own_broker.url, "--buffer-max-bytes", "64KiB", "--batch-max-bytes", "16KiB",
+        "--send-timeout-s", "0",
+    )  # fmt: skip
+    topic = f"stream-full-{uuid.uuid4().hex[:8]}"
+    daemon.warm_up(topic, 4)
+    own_broker.kill()
+    client = RawStream(stream_path(daemon))
+    result: dict[str, object] = {}
+
+    def produce() -> None:
+        for i in range(3000):  # 300 KB: the daemon must stop reading long before the end
+            client.send(encode_any_partition(topic, struct.pack(">I", i) + b"p" * 96))
+        result["flush"] = client.flush()
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    wait_for(lambda: daemon.counters().buffered > 100, 30, "the buffer to fill")
+    assert daemon.counters().received < 3000  # the rest waits in the socket, not discarded
+    own_broker.start()
+    thread.join(90)
+    assert result["flush"] == (3000, {})
+    counters = daemon.counters()
+    assert counters.discarded["buffer_full"] == 0 and counters.acked == 3001
