@@ -66,6 +66,7 @@ class Server:
         self._rate_refills: dict[str, asyncio.TimerHandle] = {}
         self.spooler: Spooler | None = None
         self.stream_server: StreamServer | None = None
+        self._activated_stream: socket.socket | None = None
         if config.spool_dir:
             self.spooler = Spooler(
                 SpoolStore(config.spool_dir, config.spool_max_bytes, config.spool_fsync),
@@ -129,11 +130,11 @@ class Server:
         )
         self.reader.start()
         stream_path = self.config.stream_socket_path
-        if stream_path is not None:
+        if stream_path is not None or self._activated_stream is not None:
             self.stream_server = StreamServer(
-                stream_path, self.config.socket_mode, self.forwarder, self._flush_dirty
+                stream_path or "", self.config.socket_mode, self.forwarder, self._flush_dirty
             )
-            await self.stream_server.start()
+            await self.stream_server.start(self._activated_stream)
         if self.spooler is not None:
             self.spooler.open()
             self._spawn(self.spooler.run())
@@ -217,7 +218,7 @@ class Server:
 
     def _open_input_socket(self) -> socket.socket:
         """The datagram socket systemd passed us (socket activation), else our own at --socket."""
-        passed = systemd.activated_socket()
+        passed, self._activated_stream = systemd.activated_sockets()
         if passed is not None:
             passed.setblocking(False)
             self.socket_activated = True

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 from conftest import Broker, consume, wait_for
@@ -144,3 +148,49 @@ def test_a_full_buffer_stops_reading_instead_of_discarding(
     assert result["flush"] == (3000, {})
     counters = daemon.counters()
     assert counters.discarded["buffer_full"] == 0 and counters.acked == 3001
+
+
+_TWO_FD_LAUNCHER = """\
+import os, sys
+datagram, stream = int(sys.argv[1]), int(sys.argv[2])
+os.dup2(datagram, 3)
+os.dup2(stream, 4)
+os.environ.update(LISTEN_FDS="2", LISTEN_PID=str(os.getpid()))
+os.execv(sys.executable, [sys.executable, "-m", "pulsar_bruce", *sys.argv[3:]])
+"""
+
+
+def test_the_stream_socket_can_be_socket_activated_too(broker: Broker, tmp_path: Path) -> None:
+    from conftest import ROOT, free_port
+
+    datagram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    datagram.bind(str(tmp_path / "bruce.sock"))
+    stream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stream.bind(str(tmp_path / "confirmed.sock"))
+    stream.listen()
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(str(tmp_path / "confirmed.sock"))  # before the daemon exists: it waits
+    topic = f"stream-activated-{uuid.uuid4().hex[:8]}"
+    client.sendall(encode_any_partition(topic, b"early") + encode_flush_request(1))
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=f"{ROOT / 'daemon'}{os.pathsep}{ROOT / 'client_lib'}")
+    args = [str(datagram.fileno()), str(stream.fileno()), "--service-url", broker.url]
+    args += ["--socket", str(tmp_path / "ignored.sock"), "--metrics-listen", f"127.0.0.1:{port}"]
+    with (tmp_path / "daemon.log").open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-c", _TWO_FD_LAUNCHER, *args],
+            pass_fds=(datagram.fileno(), stream.fileno()),
+            stdout=log,
+            stderr=log,
+            env=env,
+        )
+    try:
+        raw = RawStream.__new__(RawStream)
+        raw.sock, raw._buffer, raw._next_id = client, b"", 2
+        client.settimeout(60)
+        assert raw._read_response() == (1, 1, {})
+        assert not (tmp_path / "ignored.stream.sock").exists()
+    finally:
+        process.terminate()
+        assert process.wait(30) == 0
+    assert (tmp_path / "confirmed.sock").exists()  # systemd's file is left alone

@@ -254,7 +254,7 @@ def test_socket_activation_with_a_stream_socket_is_one_clear_error(tmp_path: Pat
         left.close()
         right.close()
     stderr = (tmp_path / "daemon.log").read_text()
-    assert "fd 3 is an AF_UNIX/SOCK_STREAM socket; expected AF_UNIX/SOCK_DGRAM" in stderr
+    assert "fd 3 is an AF_UNIX/SOCK_STREAM (not listening) socket; expected" in stderr
     assert "Traceback" not in stderr
     assert len(stderr.strip().splitlines()) == 1, stderr
 

@@ -10,11 +10,13 @@ import os
 import socket
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from pulsar_bruce.service.systemd import (
     ActivationError,
     activated_socket,
+    activated_sockets,
     listen_fds,
     socket_name,
 )
@@ -159,13 +161,31 @@ def test_several_passed_sockets(sock_dir: str, placed: list[int]) -> None:
             sock.close()
 
 
-def test_stream_socket_is_refused_and_left_open(placed: list[int]) -> None:
+def test_a_connected_stream_socket_is_refused_and_left_open(placed: list[int]) -> None:
     left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     right.close()
     start = place([left], placed)
-    with pytest.raises(ActivationError, match=rf"fd {start} is an AF_UNIX/SOCK_STREAM socket"):
+    with pytest.raises(
+        ActivationError, match=rf"fd {start} is an AF_UNIX/SOCK_STREAM \(not listening\) socket"
+    ):
         listen_fds(env(1), pid=PID, start=start)
     assert _is_open(start)
+
+
+def test_a_datagram_and_a_listening_stream_socket_are_taken_apart(
+    placed: list[int], tmp_path: Path
+) -> None:
+    datagram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    datagram.bind(str(tmp_path / "d.sock"))
+    stream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stream.bind(str(tmp_path / "s.sock"))
+    stream.listen()
+    start = place([stream, datagram], placed)
+    got_datagram, got_stream = activated_sockets(env(2), pid=PID, start=start)
+    assert got_datagram is not None and got_datagram.type == socket.SOCK_DGRAM
+    assert got_stream is not None and got_stream.type == socket.SOCK_STREAM
+    got_datagram.detach()
+    got_stream.detach()
 
 
 def test_inet_socket_is_refused(placed: list[int]) -> None:

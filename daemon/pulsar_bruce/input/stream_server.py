@@ -106,14 +106,23 @@ class StreamServer:
         self.forwarder = forwarder
         self._after_records = after_records
         self._server: asyncio.AbstractServer | None = None
+        self._activated = False
 
-    async def start(self) -> None:
+    async def start(self, activated: socket.socket | None = None) -> None:
+        """Listen on ``path``, or on the socket systemd passed (it keeps its file)."""
+        loop = asyncio.get_running_loop()
+        if activated is not None:
+            self._activated = True
+            self._server = await loop.create_unix_server(
+                lambda: StreamConnection(self.forwarder, self._after_records), sock=activated
+            )
+            return
         target = Path(self.path)
         target.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_stream_socket(target)
         old_umask = os.umask(0o777 & ~self.mode)
         try:
-            self._server = await asyncio.get_running_loop().create_unix_server(
+            self._server = await loop.create_unix_server(
                 lambda: StreamConnection(self.forwarder, self._after_records), self.path
             )
         finally:
@@ -123,8 +132,9 @@ class StreamServer:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
-            with contextlib.suppress(OSError):
-                Path(self.path).unlink()
+            if not self._activated:
+                with contextlib.suppress(OSError):
+                    Path(self.path).unlink()
 
 
 def _remove_stale_stream_socket(target: Path) -> None:

@@ -159,12 +159,13 @@ def listen_fds(
     start: int = LISTEN_FDS_START,
     unset: bool = True,
 ) -> list[socket.socket]:
-    """The datagram sockets passed by socket activation (``sd_listen_fds``), maybe none.
+    """The sockets passed by socket activation (``sd_listen_fds``), maybe none.
 
     ``$LISTEN_PID`` must equal our pid (else the variables were meant for a
     parent and nothing was passed to us).  The variables are removed afterwards
     (``unset``) so that child processes do not inherit them.  Each passed fd
-    must be an AF_UNIX SOCK_DGRAM socket, else :class:`ActivationError`.
+    must be an AF_UNIX datagram socket or a listening AF_UNIX stream socket,
+    else :class:`ActivationError`.
     """
     env = os.environ if environ is None else environ
     try:
@@ -184,22 +185,44 @@ def listen_fds(
     return sockets
 
 
+def activated_sockets(
+    environ: MutableMapping[str, str] | None = None,
+    *,
+    pid: int | None = None,
+    start: int = LISTEN_FDS_START,
+) -> tuple[socket.socket | None, socket.socket | None]:
+    """The datagram socket and the stream (confirmed delivery) socket systemd passed us;
+    None for each one it did not pass (both None: not socket-activated)."""
+    sockets = listen_fds(environ, pid=pid, start=start)
+    datagram = [s for s in sockets if s.type == socket.SOCK_DGRAM]
+    stream = [s for s in sockets if s.type == socket.SOCK_STREAM]
+    if len(datagram) > 1 or len(stream) > 1:
+        for sock in sockets:
+            sock.close()
+        raise ActivationError(
+            f"socket activation passed {len(sockets)} sockets; expected one ListenDatagram="
+            " and at most one ListenStream= in the .socket unit"
+        )
+    if stream and not datagram:
+        stream[0].close()
+        raise ActivationError(
+            "socket activation passed only a stream socket; the datagram socket"
+            " (ListenDatagram=) is required"
+        )
+    return (datagram[0] if datagram else None), (stream[0] if stream else None)
+
+
 def activated_socket(
     environ: MutableMapping[str, str] | None = None,
     *,
     pid: int | None = None,
     start: int = LISTEN_FDS_START,
 ) -> socket.socket | None:
-    """The one socket systemd passed us, or None when not socket-activated."""
-    sockets = listen_fds(environ, pid=pid, start=start)
-    if len(sockets) > 1:
-        for sock in sockets:
-            sock.close()
-        raise ActivationError(
-            f"socket activation passed {len(sockets)} sockets; expected one"
-            " (a single ListenDatagram= in the .socket unit)"
-        )
-    return sockets[0] if sockets else None
+    """The datagram socket systemd passed us, or None when not socket-activated."""
+    datagram, stream = activated_sockets(environ, pid=pid, start=start)
+    if stream is not None:
+        stream.close()
+    return datagram
 
 
 def socket_name(sock: socket.socket) -> str:
@@ -238,11 +261,16 @@ def _datagram_socket(fd: int) -> socket.socket:
             f"socket activation: fd {fd} is not an open socket ({exc.strerror or exc})"
         ) from None
     family, kind = sock.family, sock.type
-    if family != socket.AF_UNIX or kind != socket.SOCK_DGRAM:
+    listening = kind == socket.SOCK_STREAM and bool(
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+    )
+    if family != socket.AF_UNIX or not (kind == socket.SOCK_DGRAM or listening):
         sock.detach()
+        what = f"{_name(family)}/{_name(kind)}" + ("" if listening else " (not listening)")
         raise ActivationError(
-            f"socket activation: fd {fd} is an {_name(family)}/{_name(kind)} socket; expected"
+            f"socket activation: fd {fd} is an {what} socket; expected"
             " AF_UNIX/SOCK_DGRAM (ListenDatagram=/path in the .socket unit)"
+            " or a listening AF_UNIX/SOCK_STREAM (ListenStream=/path)"
         )
     return sock
 
