@@ -109,8 +109,8 @@ def broker_restarts(
             "discarded": discards or 0,
             "buffered": counters.buffered,
             "possible_duplicates": f"{counters.possible_duplicates:,}",
-            "read back": f"{back.total:,} values, {back.distinct:,} distinct "
-            f"in {back.seconds:.1f} s",
+            "read back": f"{back.total:,} messages, {back.distinct:,} distinct values "
+            f"in {back.seconds:.1f} s{back.how()}",
             "lost": len(lost),
             "duplicates read back": back.duplicates,
             "identity": "holds" if counters.identity_holds() else "BROKEN",
@@ -195,7 +195,8 @@ def broker_outage(
             "other discards": others or 0,
             "buffered": counters.buffered,
             "possible_duplicates": counters.possible_duplicates,
-            "read back": f"{back.total:,} values, {back.distinct:,} distinct",
+            "read back": f"{back.total:,} messages, {back.distinct:,} distinct values"
+            f"{back.how()}",
             "not read back": f"{len(missing):,} in {len(runs(missing))} run(s): "
             + ", ".join(f"{a}-{b}" for a, b in runs(missing)[:5]),
             "duplicates read back": back.duplicates,
@@ -288,7 +289,8 @@ def daemon_sigterm(
             ),
             "sent but never received": f"{len(lost_in_socket)}"
             + (f" ({_few(lost_in_socket)})" if lost_in_socket else ""),
-            "read back": f"{back.total:,} values, {back.distinct:,} distinct",
+            "read back": f"{back.total:,} messages, {back.distinct:,} distinct values"
+            f"{back.how()}",
             "received but not read back": len(lost),
         }
     )

@@ -111,11 +111,22 @@ class Stream(threading.Thread):
 
 @dataclass
 class ReadBack:
-    """Everything read from a topic: sequence numbers with multiplicity, and the rest."""
+    """Every message stored in a topic: sequence numbers with multiplicity, and the rest."""
 
     seqs: Counter[int] = field(default_factory=Counter)
     others: Counter[bytes] = field(default_factory=Counter)
     seconds: float = 0.0
+    received: int = 0  # redeliveries of the same message id included
+    subscriptions: int = 0
+
+    def how(self) -> str:
+        """How the read went, when it was not plain: redeliveries, restarts."""
+        notes = []
+        if self.received > self.total + sum(self.others.values()):
+            notes.append(f"{self.received:,} received incl. redeliveries")
+        if self.subscriptions > 1:
+            notes.append(f"{self.subscriptions} subscriptions (dispatch stalled)")
+        return f" ({'; '.join(notes)})" if notes else ""
 
     @property
     def total(self) -> int:
@@ -137,40 +148,73 @@ class ReadBack:
         return sorted(seq for seq in self.seqs if seq not in expected)
 
 
-def read_values(
-    service_url: str, topic: str, expected: int, timeout: float = 60.0, quiet_s: float = 1.0
-) -> list[bytes]:
-    """Every value of ``topic`` from the beginning, with the official client.
+@dataclass
+class Read:
+    """The messages stored in a topic, one value per message id, and how reading went."""
 
-    Reads until ``expected`` values have arrived and then nothing more for
-    ``quiet_s`` (so duplicates beyond ``expected`` are read too), or ``timeout``.
+    values: list[bytes]
+    received: int  # messages the consumers got, redeliveries included
+    subscriptions: int  # > 1: dispatch stalled and the read started over
+
+
+def read_values(
+    service_url: str,
+    topic: str,
+    expected: int,
+    timeout: float = 60.0,
+    quiet_s: float = 1.0,
+    stall_s: float = 5.0,
+) -> Read:
+    """Every message of ``topic`` from the beginning, with the official client.
+
+    Messages are told apart by message id (partition, ledger, entry, batch index),
+    not by value: with pulsar-lite 0.2.0 a consumer is sometimes sent the same
+    message more than once (same id), and sometimes stops receiving from a partition
+    (a new subscription then reads everything).  So a message read twice with the
+    same id is one stored message, and after ``stall_s`` without a new message
+    while fewer than ``expected`` are in, the read starts over on a new subscription
+    (merged by id).  Reads until ``expected`` messages and then ``quiet_s`` without
+    a new one (so stored duplicates beyond ``expected`` are read too), or ``timeout``.
     """
     import pulsar
 
     client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     try:
-        consumer = client.subscribe(
-            full_name(topic),
-            f"read-back-{time.monotonic_ns()}",
-            initial_position=pulsar.InitialPosition.Earliest,
-            receiver_queue_size=5000,
-        )
-        values: list[bytes] = []
+        by_id: dict[tuple[str, int, int, int], bytes] = {}
+        received = 0
+        subscriptions = 0
         deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            wait = quiet_s if len(values) >= expected else min(left, 2.0)
-            try:
-                message = consumer.receive(max(1, int(wait * 1000)))
-            except pulsar.Timeout:
-                if len(values) >= expected:
+        while time.monotonic() < deadline:
+            subscriptions += 1
+            consumer = client.subscribe(
+                full_name(topic),
+                f"read-back-{time.monotonic_ns()}",
+                initial_position=pulsar.InitialPosition.Earliest,
+                receiver_queue_size=5000,
+            )
+            last_new = time.monotonic()
+            while True:
+                now = time.monotonic()
+                done = len(by_id) >= expected
+                if now >= deadline or (done and now - last_new >= quiet_s):
                     break
-                continue
-            values.append(message.data())
-            consumer.acknowledge(message)
-        return values
+                if not done and now - last_new >= stall_s:
+                    break  # stalled: start over on a new subscription
+                try:
+                    message = consumer.receive(200)
+                except pulsar.Timeout:
+                    continue
+                received += 1
+                mid = message.message_id()
+                key = (message.topic_name(), mid.ledger_id(), mid.entry_id(), mid.batch_index())
+                if key not in by_id:
+                    by_id[key] = message.data()
+                    last_new = time.monotonic()
+                consumer.acknowledge(message)
+            consumer.close()
+            if len(by_id) >= expected:
+                break
+        return Read(list(by_id.values()), received, subscriptions)
     finally:
         client.close()
 
@@ -180,8 +224,9 @@ def read_back(
 ) -> ReadBack:
     """:func:`read_values`, sorted into sequence numbers and other values."""
     start = time.monotonic()
-    result = ReadBack()
-    for value in read_values(service_url, topic, expected, timeout, quiet_s):
+    read = read_values(service_url, topic, expected, timeout, quiet_s)
+    result = ReadBack(received=read.received, subscriptions=read.subscriptions)
+    for value in read.values:
         seq = seq_of(value)
         if seq is None:
             result.others[value] += 1

@@ -14,6 +14,7 @@ each is classified beforehand (:mod:`fuzz.datagrams`).  At the end:
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from collections import Counter
@@ -73,11 +74,20 @@ def fuzz(
         for topic in acks_by_topic
     }
     read_started = time.monotonic()
-    got = Counter(read_values(service_url, base, sum(base_values.values()), timeout))
+    read = read_values(service_url, base, sum(base_values.values()), timeout)
+    got = Counter(read.values)
     read_s = time.monotonic() - read_started
     missing = base_values - got
     extra = got - base_values
+    never_sent = sum(n for value, n in extra.items() if value not in base_values)
+    notes = []
+    if read.received > got.total():
+        notes.append(f"{read.received:,} received incl. redeliveries")
+    if read.subscriptions > 1:
+        notes.append(f"{read.subscriptions} subscriptions (dispatch stalled)")
+    reread = f" ({'; '.join(notes)})" if notes else ""
     log = daemon.log()
+    reconnects = len(re.findall(r"closing connection|reconnecting|not connected", log))
     expected_discards = {reason: n for reason, n in sorted(outcomes.items()) if reason != OK}
     discards = nonzero(counters.discarded)
     by_kind: Counter[str] = Counter()
@@ -98,7 +108,10 @@ def fuzz(
             "topics": f"{len(acks_by_topic)} ({len(generator.extra_topics)} created by "
             f"mutants; {generator.redrawn:,} mutants redrawn to stay within them)",
             "read back (base topic)": f"{got.total():,} values in {read_s:.1f} s, "
-            f"{missing.total()} missing, {extra.total()} unexpected",
+            f"{missing.total()} missing, {extra.total() - never_sent} extra copies, "
+            f"{never_sent} never sent{reread}",
+            "possible_duplicates": counters.possible_duplicates,
+            "log: reconnects": reconnects,
             "daemon": f"{'running' if alive else 'EXITED'}, settled {settle_s:.1f} s after "
             "the first datagram",
             "by kind": ", ".join(f"{kind} {n:,}" for kind, n in sorted(by_kind.items())),

@@ -22,8 +22,9 @@ from .paths import resolve_socket_path
 
 __all__ = ["Sender"]
 
-# errnos meaning "the daemon we were connected to is gone": worth one reconnect.
-_RECONNECT_ERRNOS = frozenset({errno.ECONNREFUSED, errno.ENOENT, errno.ENOTCONN})
+# errnos meaning "the daemon we were connected to is gone" (EPIPE: it is shutting
+# down and refuses new datagrams): worth one reconnect.
+_RECONNECT_ERRNOS = frozenset({errno.ECONNREFUSED, errno.ENOENT, errno.ENOTCONN, errno.EPIPE})
 
 _time_ns = time.time_ns
 

@@ -330,7 +330,10 @@ class Server:
             ) as exc:
                 delay = backoff.next_delay()
                 log.warning(
-                    "partition count of %s unknown (%s); retrying in %.1f s", topic.name, exc, delay
+                    "partition count of %s unknown (%s); retrying in %.1f s",
+                    topic.name,
+                    exc or type(exc).__name__,
+                    delay,
                 )
                 await asyncio.sleep(delay)
         self._grow(topic, count)

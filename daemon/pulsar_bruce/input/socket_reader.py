@@ -127,7 +127,6 @@ class DatagramReader:
         self._buffer = bytearray(max_datagram_bytes + 1)
         self._view = memoryview(self._buffer)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._shut = False
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -144,14 +143,14 @@ class DatagramReader:
 
         ``refuse_new`` (our own socket, not systemd's): shut the receive side
         first, so a sender that is still connected gets EPIPE instead of
-        queueing a datagram that ``close()`` would silently drop.  Once shut
-        and empty, ``recv`` returns 0 bytes, which ends the drain.
+        queueing a datagram that ``close()`` would silently drop.  A shut,
+        empty non-blocking socket still answers EAGAIN, which ends the drain
+        (a 0-byte read is a real, empty datagram, and is counted).
         """
         self.stop()
         if refuse_new:
             with contextlib.suppress(OSError):
                 self.sock.shutdown(socket.SHUT_RD)
-            self._shut = True
         while self.drain():
             pass
         self.sock.close()
@@ -165,8 +164,6 @@ class DatagramReader:
         try:
             while count < _MAX_PER_WAKEUP:
                 size = recv_into(view)
-                if not size and self._shut:
-                    break  # shut for reading and empty
                 handle(view[:size].tobytes())
                 count += 1
         except (BlockingIOError, InterruptedError):
