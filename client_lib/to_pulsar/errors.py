@@ -40,3 +40,18 @@ class InvalidMessageError(ToPulsarError, ValueError):
 
     Also a ValueError so generic argument-checking code catches it.
     """
+
+
+class StreamClosedError(ToPulsarError):
+    """The daemon closed the stream connection (it restarted, or lost the framing).
+
+    Whatever was sent since the last answered flush has no confirmation: resend it
+    on a new connection if it must arrive (at-least-once).
+    """
+
+
+class StreamProtocolError(ToPulsarError):
+    """The daemon answered something the stream protocol does not allow.
+
+    The connection cannot be trusted any more and is closed.
+    """

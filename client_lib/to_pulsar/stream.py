@@ -1,0 +1,390 @@
+"""Confirmed delivery: send records over the daemon's UNIX stream socket, then flush.
+
+A datagram says nothing about what became of it. On the stream socket the client
+writes the same records back to back and asks, with :meth:`StreamSender.flush`,
+what happened to everything it sent since the previous flush: the daemon answers
+once each of those records is acked by the broker or discarded, with the counts
+(see :mod:`to_pulsar.protocol` for the wire format)::
+
+    from to_pulsar.stream import StreamSender
+
+    with StreamSender("/run/pulsar-bruce/bruce.stream.sock") as sender:
+        for event in events:
+            sender.send("clicks", event, key=b"user-42")
+        result = sender.flush()        # waits for the broker's acks
+        if not result.ok:
+            raise RuntimeError(f"discarded: {result.describe_discards()}")
+
+Records are buffered and written in chunks. When the daemon's buffer is full it
+stops reading the connection, so a write blocks: that is the backpressure, bounded
+by ``timeout``. Standard library only.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import select
+import socket
+import threading
+import time
+from types import TracebackType
+
+from .encoding import Payload, encode_any_partition, encode_partition_key
+from .errors import (
+    DaemonUnavailableError,
+    SendTimeoutError,
+    StreamClosedError,
+    StreamProtocolError,
+    ToPulsarError,
+)
+from .paths import resolve_stream_socket_path
+from .protocol import FlushResult, StreamState, check_record
+
+__all__ = ["DEFAULT_CHUNK_BYTES", "FlushResult", "StreamSender"]
+
+#: Records are written once this many bytes are buffered (and at every flush).
+DEFAULT_CHUNK_BYTES = 256 * 1024
+RECV_BYTES = 64 * 1024
+# Linux: report EPIPE instead of raising SIGPIPE when the daemon has gone away.
+SEND_FLAGS = getattr(socket, "MSG_NOSIGNAL", 0)
+# Errors on a write or read that mean the daemon closed the connection.
+CLOSED_ERRNOS = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ECONNABORTED})
+
+_time_ns = time.time_ns
+_monotonic = time.monotonic
+
+
+def check_timeout(timeout: float | None, what: str = "timeout") -> float | None:
+    """Validate a timeout: seconds >= 0, or None (and inf) for "wait forever"."""
+    if timeout is None or timeout == math.inf:
+        return None
+    if not timeout >= 0:  # also rejects NaN
+        raise ValueError(f"{what} must be >= 0 or None, got {timeout}")
+    return float(timeout)
+
+
+def encode_record(
+    topic: str | bytes,
+    value: Payload,
+    key: Payload | None,
+    partition_key: int | None,
+    timestamp_ms: int | None,
+) -> bytes:
+    """One AnyPartition or PartitionKey record; ``timestamp_ms`` None means now."""
+    if timestamp_ms is None:
+        timestamp_ms = _time_ns() // 1_000_000
+    if partition_key is None:
+        return encode_any_partition(topic, value, b"" if key is None else key, timestamp_ms)
+    return encode_partition_key(
+        partition_key, topic, value, b"" if key is None else key, timestamp_ms
+    )
+
+
+def connect_stream(path: str, timeout: float | None) -> socket.socket:
+    """A connected (blocking) stream socket; "nobody there" is DaemonUnavailableError."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+    except (FileNotFoundError, ConnectionRefusedError) as exc:
+        sock.close()
+        raise DaemonUnavailableError(
+            f"no daemon listening on stream socket {path} ({exc.strerror})"
+        ) from exc
+    except TimeoutError as exc:
+        sock.close()
+        raise DaemonUnavailableError(
+            f"daemon did not accept a connection on {path} within {timeout}s"
+        ) from exc
+    except OSError as exc:
+        sock.close()
+        raise DaemonUnavailableError(
+            f"cannot connect to daemon stream socket {path} ({exc.strerror or exc})"
+        ) from exc
+    return sock
+
+
+def closed_error(path: str, unconfirmed: int, when: str) -> StreamClosedError:
+    return StreamClosedError(
+        f"daemon closed the stream connection on {path} {when} "
+        f"({unconfirmed} {'message' if unconfirmed == 1 else 'messages'} unconfirmed)"
+    )
+
+
+class StreamSender:
+    """Send messages over the daemon's stream socket and confirm them with :meth:`flush`.
+
+    Connects at construction (:class:`DaemonUnavailableError` if no daemon is
+    listening). ``socket_path`` defaults to ``$TO_PULSAR_STREAM_SOCKET``, else
+    ``/run/pulsar-bruce/bruce.stream.sock``. ``timeout`` (seconds; None: forever)
+    bounds how long a write may block while the daemon applies backpressure, and is
+    the default wait of :meth:`flush`.
+
+    Threads may share a sender: writes are serialised, and a flush holds the write
+    side only while it writes, so other threads keep sending while it waits for its
+    answer. A :class:`SendTimeoutError` keeps the connection usable: a timed-out
+    ``send()`` did not take its message, and the counts of a timed-out ``flush()``
+    are added to the result of the next one. Leaving the ``with`` block normally
+    writes out what is still buffered (without waiting for a confirmation); leaving
+    it with an exception drops the buffer.
+    """
+
+    __slots__ = (
+        "_chunk",
+        "_closed",
+        "_path",
+        "_read_lock",
+        "_sock",
+        "_state",
+        "_state_lock",
+        "_timeout",
+        "_write_lock",
+    )
+
+    def __init__(
+        self,
+        socket_path: str | os.PathLike[str] | None = None,
+        timeout: float | None = 30.0,
+        *,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    ) -> None:
+        self._timeout = check_timeout(timeout)
+        self._path = resolve_stream_socket_path(socket_path)
+        self._chunk = max(1, chunk_bytes)
+        self._state = StreamState()
+        self._write_lock = threading.Lock()  # the outgoing buffer and the socket's send side
+        self._read_lock = threading.Lock()  # one thread at a time reads answers
+        self._state_lock = threading.Lock()  # answers, briefly
+        self._closed: ToPulsarError | None = None
+        self._sock = connect_stream(self._path, self._timeout)
+        # Non-blocking, with waits in poll(): a socket timeout would be shared by the
+        # thread writing and the thread reading.
+        self._sock.setblocking(False)
+
+    @property
+    def socket_path(self) -> str:
+        """The daemon stream socket this sender is connected to."""
+        return self._path
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds a blocked write (and, by default, a flush) may wait; None: forever."""
+        return self._timeout
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    @property
+    def unconfirmed(self) -> int:
+        """Messages sent on this connection that no answered flush has covered yet."""
+        return self._state.unconfirmed_total
+
+    def send(
+        self,
+        topic: str | bytes,
+        value: Payload,
+        *,
+        key: Payload | None = None,
+        partition_key: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        """Encode and queue one message (same arguments as :meth:`to_pulsar.Sender.send`).
+
+        Without ``partition_key`` the daemon picks the partition (AnyPartition);
+        ``timestamp_ms`` defaults to now, 0 means "no event time". Blocks only when
+        the buffer is full and the daemon is not reading, up to ``timeout``.
+        """
+        self._append(encode_record(topic, value, key, partition_key, timestamp_ms))
+
+    def send_raw(self, record: bytes) -> None:
+        """Queue an already encoded AnyPartition/PartitionKey record (e.g. encoded once)."""
+        check_record(record)
+        self._append(bytes(record))
+
+    def flush(self, timeout: float | None = None) -> FlushResult:
+        """Write out everything buffered and wait until the daemon has settled it.
+
+        Returns the counts for every message sent since the previous flush (plus
+        those of flushes that timed out before). ``timeout`` (seconds) defaults to
+        the sender's; past it :class:`SendTimeoutError`. If the daemon closes the
+        connection: :class:`StreamClosedError`.
+        """
+        wait = self._timeout if timeout is None else check_timeout(timeout)
+        deadline = None if wait is None else _monotonic() + wait
+        state = self._state
+        with self._write_lock:
+            self._check_open()
+            request_id = state.request_flush()
+            try:
+                self._write_out(deadline, wait)
+            except SendTimeoutError:
+                self._abandon(request_id)  # its request goes out with the next write
+                raise
+        try:
+            self._await_answer(request_id, deadline)
+        except TimeoutError:
+            self._abandon(request_id)
+            raise SendTimeoutError(
+                f"no flush confirmation from the daemon on {self._path} within {wait}s "
+                f"({self.unconfirmed} messages unconfirmed; they count in the next flush)"
+            ) from None
+        with self._state_lock:
+            return state.take(request_id)
+
+    def close(self) -> None:
+        """Write out what is still buffered (up to ``timeout``) and close. Idempotent.
+
+        Nothing is confirmed by closing: call :meth:`flush` first for that. If the
+        buffer cannot be written, the socket is closed anyway and the error raised.
+        """
+        with self._write_lock:
+            if self._closed is not None:
+                return
+            try:
+                if self._state.out:
+                    deadline = None if self._timeout is None else _monotonic() + self._timeout
+                    self._write_out(deadline, self._timeout)
+            finally:
+                self._shut(ToPulsarError("StreamSender is closed"))
+
+    def abort(self) -> None:
+        """Close at once, dropping whatever is still buffered. Idempotent."""
+        self._shut(ToPulsarError("StreamSender is closed"))
+
+    def __enter__(self) -> StreamSender:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed is not None else "open"
+        return f"<StreamSender {self._path!r} timeout={self._timeout} {state}>"
+
+    # Internals.
+
+    def _append(self, record: bytes) -> None:
+        with self._write_lock:
+            self._check_open()
+            state = self._state
+            if len(state.out) >= self._chunk:
+                # May time out: then this record is not taken (the buffer stays as it was).
+                deadline = None if self._timeout is None else _monotonic() + self._timeout
+                self._write_out(deadline, self._timeout)
+            state.append(record)
+
+    def _write_out(self, deadline: float | None, wait: float | None) -> None:
+        """Write the whole buffer; on timeout the unwritten rest (even half a record) stays."""
+        state = self._state
+        sock = self._sock
+        written = 0
+        try:
+            with memoryview(state.out) as view:
+                while written < len(view):
+                    try:
+                        written += sock.send(view[written:], SEND_FLAGS)
+                    except BlockingIOError:
+                        self._poll(select.POLLOUT, deadline)
+        except TimeoutError:
+            raise SendTimeoutError(
+                f"daemon stream socket {self._path} took no data for longer than {wait}s "
+                "(its buffer stays full)"
+            ) from None
+        except OSError as exc:
+            raise self._io_error(exc, "while writing") from exc
+        finally:
+            state.wrote(written)
+
+    def _await_answer(self, request_id: int, deadline: float | None) -> None:
+        """Read answers until ``request_id``'s has come (TimeoutError past the deadline)."""
+        state = self._state
+        while True:
+            with self._state_lock:
+                if state.is_answered(request_id):
+                    return
+            if not self._read_lock.acquire(timeout=_remaining(deadline)):
+                raise TimeoutError
+            try:
+                # Another thread may have read our answer while we waited for the lock.
+                with self._state_lock:
+                    if state.is_answered(request_id):
+                        return
+                self._check_open()
+                try:
+                    data = self._sock.recv(RECV_BYTES)
+                except BlockingIOError:
+                    self._poll(select.POLLIN, deadline)
+                    continue
+                except OSError as exc:
+                    raise self._io_error(exc, "while waiting for a flush confirmation") from exc
+                if not data:
+                    raise self._fail(
+                        closed_error(self._path, self.unconfirmed, "before answering a flush")
+                    )
+                try:
+                    with self._state_lock:
+                        state.received(data)
+                except StreamProtocolError as exc:
+                    raise self._fail(exc) from None
+            finally:
+                self._read_lock.release()
+
+    def _abandon(self, request_id: int) -> None:
+        with self._state_lock:
+            self._state.abandon(request_id)
+
+    def _poll(self, events: int, deadline: float | None) -> None:
+        """Wait until the socket is ready for ``events``; TimeoutError past the deadline."""
+        self._check_open()  # closed by another thread: no fd to wait on
+        poller = select.poll()
+        poller.register(self._sock, events | select.POLLERR | select.POLLHUP)
+        remaining = _remaining(deadline)
+        timeout_ms = None if remaining < 0 else math.ceil(remaining * 1000)
+        if not poller.poll(timeout_ms):
+            raise TimeoutError
+
+    def _io_error(self, exc: OSError, when: str) -> ToPulsarError:
+        if self._closed is not None:  # closed meanwhile, e.g. by another thread
+            return StreamClosedError(f"the stream connection is unusable: {self._closed}")
+        if exc.errno in CLOSED_ERRNOS or isinstance(exc, ConnectionError):
+            return self._fail(closed_error(self._path, self.unconfirmed, when))
+        return self._fail(
+            ToPulsarError(f"stream socket {self._path} failed {when} ({exc.strerror or exc})")
+        )
+
+    def _fail(self, exc: ToPulsarError) -> ToPulsarError:
+        """The connection is unusable: close it and remember why; returns ``exc`` to raise."""
+        self._shut(exc)
+        return exc
+
+    def _shut(self, reason: ToPulsarError) -> None:
+        if self._closed is None:
+            self._closed = reason
+            self._sock.close()
+
+    def _check_open(self) -> None:
+        if self._closed is not None:
+            if isinstance(self._closed, StreamClosedError | StreamProtocolError):
+                raise StreamClosedError(f"the stream connection is unusable: {self._closed}")
+            raise self._closed
+
+
+def _remaining(deadline: float | None) -> float:
+    """Seconds left until ``deadline`` (-1: no deadline); TimeoutError once it has passed."""
+    if deadline is None:
+        return -1
+    remaining = deadline - _monotonic()
+    if remaining <= 0:
+        raise TimeoutError
+    return remaining

@@ -1,0 +1,274 @@
+"""The "to_pulsar" Spark data source: a local Spark session, a real daemon, a real broker.
+
+Rows are read back with the official client. One Spark session for the module
+(starting one takes seconds); each test has its own daemon and topic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT, Broker, consume
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker]
+
+pyspark = pytest.importorskip("pyspark", reason="pyspark is not installed (the [spark] extra)")
+
+BASE_MS = 1_700_000_000_000
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java runtime for Spark")
+    from pyspark.sql import SparkSession
+
+    # The Python workers Spark forks must be this interpreter and find to_pulsar.
+    client_lib = str(ROOT / "client_lib")
+    pythonpath = os.pathsep.join(filter(None, [client_lib, os.environ.get("PYTHONPATH")]))
+    os.environ["PYTHONPATH"] = pythonpath
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("to_pulsar-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.executorEnv.PYTHONPATH", pythonpath)
+        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    import to_pulsar.spark
+
+    to_pulsar.spark.register(session)
+    yield session
+    session.stop()
+
+
+def start(start_daemon, broker: Broker, tmp_path: Path, *args: str) -> tuple[Any, str]:
+    stream = str(tmp_path / "st.sock")
+    return start_daemon(broker.url, "--stream-socket", stream, *args), stream
+
+
+def full(topic: str) -> str:
+    return f"persistent://public/default/{topic}"
+
+
+def test_batch_20000_rows_land_complete_on_their_partitions(
+    spark: Any, broker: Broker, start_daemon, tmp_path: Path
+) -> None:
+    daemon, stream = start(start_daemon, broker, tmp_path)
+    topic = f"spark-batch-{uuid.uuid4().hex[:8]}"
+    daemon.warm_up(topic, 4)  # so no keyed row is failed over while producers connect
+    n = 20_000
+    df = spark.range(n, numPartitions=4).selectExpr(
+        "concat('v-', id) AS value",
+        "concat('k', id) AS key",
+        "id AS partition_key",
+        f"timestamp_millis({BASE_MS} + id) AS timestamp",
+        "id AS unrelated_column",
+    )
+    df.write.format("to_pulsar").option("socket", stream).option("topic", topic).mode(
+        "append"
+    ).save()
+    # The job committed only after every row was acked.
+    counters = daemon.counters()
+    assert counters.acked == n + 1 and counters.total_discarded == 0
+
+    messages = [m for m in consume(broker.url, full(topic), n + 1, 120) if m.value != b"warm-up"]
+    assert len(messages) == n
+    by_id = {int(m.value.decode().removeprefix("v-")): m for m in messages}
+    assert sorted(by_id) == list(range(n))
+    for i, message in by_id.items():
+        assert message.key == f"k{i}"
+        assert message.partition == i % 4
+        assert message.event_time == BASE_MS + i
+
+
+def test_topic_column_binary_values_and_long_timestamps(
+    spark: Any, broker: Broker, start_daemon, tmp_path: Path
+) -> None:
+    daemon, stream = start(start_daemon, broker, tmp_path)
+    prefix = f"spark-cols-{uuid.uuid4().hex[:8]}"
+    df = spark.range(10, numPartitions=2).selectExpr(
+        "unhex(concat('00ff', lpad(hex(id), 2, '0'))) AS value",
+        "CASE WHEN id % 2 = 0 THEN NULL ELSE cast(concat('bk', id) AS binary) END AS key",
+        f"concat('{prefix}-', id % 2) AS topic",
+        f"{BASE_MS} + id AS timestamp",
+    )
+    df.write.format("to_pulsar").option("socket", stream).mode("append").save()
+    for parity in (0, 1):
+        messages = consume(broker.url, full(f"{prefix}-{parity}"), 5)
+        values = sorted(m.value for m in messages)
+        assert values == [bytes([0, 255, i]) for i in range(parity, 10, 2)]
+        for message in messages:
+            i = message.value[2]
+            assert message.key == ("" if i % 2 == 0 else f"bk{i}")
+            assert message.event_time == BASE_MS + i
+    assert daemon.counters().acked == 10
+
+
+def test_streaming_query_delivers_every_micro_batch(
+    spark: Any, broker: Broker, start_daemon, tmp_path: Path
+) -> None:
+    daemon, stream = start(start_daemon, broker, tmp_path)
+    topic = f"spark-stream-{uuid.uuid4().hex[:8]}"
+    source = tmp_path / "in"
+    source.mkdir()
+
+    def add_files(first: int, files: int, rows: int = 50) -> None:
+        for f in range(first, first + files):
+            lines = [json.dumps({"id": f * rows + i, "file": f}) for i in range(rows)]
+            (source / f"part-{f:03d}.json").write_text("\n".join(lines) + "\n")
+
+    def run_query() -> Any:
+        query = (
+            spark.readStream.schema("id BIGINT, file INT")
+            .option("maxFilesPerTrigger", 1)  # one micro-batch per file
+            .json(str(source))
+            .selectExpr("cast(id AS string) AS value", "cast(file AS string) AS key")
+            .writeStream.format("to_pulsar")
+            .option("socket", stream)
+            .option("topic", topic)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(120), "the query did not finish"
+        assert query.exception() is None
+        return query
+
+    add_files(0, 4)
+    first = run_query()
+    batches = [p for p in first.recentProgress if p["numInputRows"] > 0]
+    assert [p["numInputRows"] for p in batches] == [50] * 4
+    assert daemon.counters().acked == 200
+
+    # Restarted from its checkpoint, the query sends only what is new.
+    add_files(4, 2)
+    second = run_query()
+    assert [p["numInputRows"] for p in second.recentProgress if p["numInputRows"] > 0] == [50] * 2
+    assert daemon.counters().acked == 300
+
+    messages = consume(broker.url, full(topic), 300)
+    assert sorted(int(m.value) for m in messages) == list(range(300))
+    assert all(m.key == str(int(m.value) // 50) for m in messages)
+
+
+def test_discarded_rows_fail_the_job_with_the_counts(
+    spark: Any, broker: Broker, start_daemon, tmp_path: Path
+) -> None:
+    daemon, stream = start(start_daemon, broker, tmp_path, "--max-message-bytes", "1024")
+    topic = f"spark-discard-{uuid.uuid4().hex[:8]}"
+    df = spark.range(100, numPartitions=1).selectExpr(
+        "CASE WHEN id = 42 THEN repeat('x', 2000) ELSE cast(id AS string) END AS value"
+    )
+    writer = df.write.format("to_pulsar").option("socket", stream).option("topic", topic)
+    with pytest.raises(Exception, match="to_pulsar: ") as info:
+        writer.mode("append").save()
+    message = str(info.value)
+    assert "1 of 100 rows were not delivered (too_large 1), 99 acked" in message
+    assert "tolerateDiscards" in message
+    assert daemon.counters().discarded["too_large"] == 1
+
+    # Tolerated: the job commits, the 99 others are delivered (again: at-least-once).
+    writer.option("tolerateDiscards", "true").mode("append").save()
+    assert daemon.counters().discarded["too_large"] == 2
+    assert len(consume(broker.url, full(topic), 198)) == 198
+
+    # A streaming query stops with the same message.
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "rows.json").write_text("".join(f'{{"id": {i}}}\n' for i in range(10)))
+    query = (
+        spark.readStream.schema("id BIGINT")
+        .json(str(source))
+        .selectExpr("CASE WHEN id = 3 THEN repeat('y', 2000) ELSE cast(id AS string) END AS value")
+        .writeStream.format("to_pulsar")
+        .option("socket", stream)
+        .option("topic", topic)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(Exception, match="to_pulsar: ") as streaming:
+        query.awaitTermination(120)
+    assert "1 of 10 rows were not delivered (too_large 1), 9 acked" in str(streaming.value)
+    assert query.exception() is not None
+
+
+def test_schema_and_options_are_checked_before_any_task(spark: Any, tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-daemon.sock")
+
+    def save(df: Any, **options: str) -> str:
+        writer = df.write.format("to_pulsar").option("socket", missing)
+        for name, value in options.items():
+            writer = writer.option(name, value)
+        with pytest.raises(Exception, match="to_pulsar: ") as info:
+            writer.mode("append").save()
+        return str(info.value)
+
+    no_value = spark.range(3).selectExpr("cast(id AS string) AS payload")
+    assert "to_pulsar: the DataFrame needs a 'value' column (string or binary)" in save(
+        no_value, topic="t"
+    )
+    bad_key = spark.range(3).selectExpr("'v' AS value", "cast(id AS string) AS partition_key")
+    assert "to_pulsar: column 'partition_key' must be an integer type" in save(bad_key, topic="t")
+    assert "not string" in save(bad_key, topic="t")
+    bad_value = spark.range(3).selectExpr("id AS value")
+    assert "column 'value' must be string or binary, not bigint" in save(bad_value, topic="t")
+    ok = spark.range(3).selectExpr("'v' AS value")
+    assert "no topic" in save(ok)
+    assert "flushTimeoutMs must be a positive number" in save(ok, topic="t", flushTimeoutMs="x")
+    # A good schema with no daemon on the host fails in the task, saying where it looked.
+    assert f"no daemon listening on stream socket {missing}" in save(ok, topic="t")
+
+
+def test_spark_replay_example(spark: Any, broker: Broker, start_daemon, tmp_path: Path) -> None:
+    """examples/spark_replay.py, in this session: a CSV as JSON rows, a Parquet by column."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "spark_replay", ROOT / "examples" / "spark_replay.py"
+    )
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+
+    daemon, stream = start(start_daemon, broker, tmp_path)
+    topic = f"spark-replay-{uuid.uuid4().hex[:8]}"
+    daemon.warm_up(topic, 4)
+    csv = tmp_path / "orders.csv"
+    csv.write_text("id,user,amount\n" + "".join(f"{i},u{i % 7},{i * 1.5}\n" for i in range(100)))
+    argv = [str(csv), "--topic", topic, "--socket", stream, "--key-column", "user"]
+    assert example.main([*argv, "--partition-key-column", "id", "--partitions", "3"]) == 0
+
+    parquet = tmp_path / "events.parquet"
+    spark.range(50).selectExpr("concat('e', id) AS payload", "id").write.parquet(str(parquet))
+    assert example.main([str(parquet), "--topic", topic, "--socket", stream,
+                         "--value-column", "payload"]) == 0  # fmt: skip
+
+    messages = [m for m in consume(broker.url, full(topic), 151) if m.value != b"warm-up"]
+    assert len(messages) == 150
+    rows = [json.loads(m.value) for m in messages if m.value.startswith(b"{")]
+    assert sorted(r["id"] for r in rows) == list(range(100))
+    for message in messages:
+        if message.value.startswith(b"{"):
+            row = json.loads(message.value)
+            assert message.key == f"u{row['id'] % 7}" and message.partition == row["id"] % 4
+    assert sorted(m.value for m in messages if not m.value.startswith(b"{")) == sorted(
+        f"e{i}".encode() for i in range(50)
+    )
