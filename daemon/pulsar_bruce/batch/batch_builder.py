@@ -53,8 +53,8 @@ def encode_key_field(key: bytes) -> bytes:
     return _TAG_PARTITION_KEY + varint(len(key)) + key
 
 
-#: Precomputed ``payload_size`` fields for values up to 16 KiB (most messages).
-_PAYLOAD_SIZE_TABLE = 16384
+#: Precomputed ``payload_size`` fields for values up to 4 KiB (most messages).
+_PAYLOAD_SIZE_TABLE = 4096
 _PAYLOAD_SIZE_FIELDS = tuple(_TAG_PAYLOAD_SIZE + varint(n) for n in range(_PAYLOAD_SIZE_TABLE))
 
 

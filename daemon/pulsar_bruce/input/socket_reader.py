@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import errno
 import grp
+import mmap
 import os
 import socket
 import stat
@@ -123,8 +124,10 @@ class DatagramReader:
         self.sock = sock
         self._handle = handle
         self._after_drain = after_drain
-        # One byte more than the limit, so an oversized datagram is seen as such, not truncated.
-        self._buffer = bytearray(max_datagram_bytes + 1)
+        # One byte more than the limit, so an oversized datagram is seen as such, not
+        # truncated.  Anonymous mmap: pages cost memory only once a datagram that large
+        # has been written into them (a zero-filled bytearray would cost it all up front).
+        self._buffer = mmap.mmap(-1, max_datagram_bytes + 1)
         self._view = memoryview(self._buffer)
         self._loop: asyncio.AbstractEventLoop | None = None
 
