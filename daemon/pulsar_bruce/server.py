@@ -28,7 +28,6 @@ from pulsar_bruce.connection.pool import ConnectionPool, TopicLookupError
 from pulsar_bruce.connection.security import ConnectionSecurity
 from pulsar_bruce.input.socket_reader import DatagramReader, open_datagram_socket
 from pulsar_bruce.input.stream_server import StreamServer
-from pulsar_bruce.metrics.discard_log import DiscardLog
 from pulsar_bruce.metrics.http import MetricsServer
 from pulsar_bruce.metrics.registry import Metrics
 from pulsar_bruce.metrics.stats import Stats
@@ -76,6 +75,8 @@ class Server:
                 unreachable_after_s=config.spool_after_s,
             )
         if config.discard_log:
+            from pulsar_bruce.metrics.discard_log import DiscardLog  # optional, lazily
+
             self.forwarder.discard_log = DiscardLog(
                 config.discard_log, config.discard_log_max_bytes, config.discard_log_archives
             )

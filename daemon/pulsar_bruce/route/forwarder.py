@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pulsar_bruce import reasons
 from pulsar_bruce.batch.batch_builder import (
@@ -24,7 +24,6 @@ from pulsar_bruce.batch.batch_builder import (
     batch_entries_of,
     encode_key_field,
 )
-from pulsar_bruce.metrics.discard_log import DiscardLog
 from pulsar_bruce.metrics.stats import Stats
 from pulsar_bruce.parse.datagram import parse_datagram
 from pulsar_bruce.parse.topic import normalize_topic
@@ -33,6 +32,9 @@ from pulsar_bruce.route.confirmation import Confirmation, settle_tags
 from pulsar_bruce.route.router import Topic
 from pulsar_bruce.spool import records as spool_records
 from pulsar_bruce.spool.records import SpooledBatch
+
+if TYPE_CHECKING:  # the discard log is optional: imported only when configured
+    from pulsar_bruce.metrics.discard_log import DiscardLog
 
 _ENTRY_OVERHEAD = BatchBuilder.ENTRY_OVERHEAD
 
