@@ -35,6 +35,7 @@ from pulsar_bruce.metrics.status import status_document
 from pulsar_bruce.parse.topic import is_partition_name, partition_name
 from pulsar_bruce.producer.backoff import Backoff
 from pulsar_bruce.producer.driver import DeliveryPolicy, ProducerDriver
+from pulsar_bruce.producer.faults import is_permanent
 from pulsar_bruce.producer.partition_producer import PartitionProducer
 from pulsar_bruce.route.forwarder import Forwarder
 from pulsar_bruce.route.router import Topic
@@ -183,7 +184,7 @@ class Server:
             # What senders queued before we stopped is ours to deliver.
             reader.close_after_final_drain(refuse_new=not self.socket_activated)
         if self.stream_server is not None:
-            await self.stream_server.stop()
+            self.stream_server.stop_reading()
         if self.spooler is not None:
             self.spooler.stop_replaying()  # what is on disk stays there for the next start
         self.forwarder.seal_all(self.batch_sealed)
@@ -208,6 +209,8 @@ class Server:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(*(driver.stop() for driver in self.drivers.values()))
         self.pool.close_all()
+        if self.stream_server is not None:
+            await self.stream_server.stop()
         if self.metrics_server is not None:
             await self.metrics_server.stop()
         log.info(
@@ -330,10 +333,15 @@ class Server:
                 TimeoutError,
             ) as exc:
                 delay = backoff.next_delay()
+                dropped = 0
+                if is_permanent(getattr(exc, "error", None)):
+                    # Refused for good (no such topic, not allowed): waiting cannot help.
+                    dropped = self.forwarder.discard_unrouted(topic, reasons.BROKER_REJECTED)
                 log.warning(
-                    "partition count of %s unknown (%s); retrying in %.1f s",
+                    "partition count of %s unknown (%s)%s; retrying in %.1f s",
                     topic.name,
                     exc or type(exc).__name__,
+                    f"; {dropped} waiting messages discarded as broker_rejected" if dropped else "",
                     delay,
                 )
                 await asyncio.sleep(delay)

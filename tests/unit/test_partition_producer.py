@@ -253,11 +253,17 @@ def test_receipt_for_a_sealed_but_unsent_batch_is_a_mismatch() -> None:
     assert producer.on_receipt(-1) == (ReceiptMatch.MISMATCH, None)
 
 
-def test_receipt_after_disconnect_is_a_mismatch() -> None:
+def test_receipt_for_an_id_already_given_with_nothing_in_flight_is_ignored() -> None:
     producer = sent_producer(1)
     producer.on_disconnected()
-    assert producer.on_receipt(10) == (ReceiptMatch.MISMATCH, None)
-    assert len(producer.pending) == 1
+    assert producer.on_receipt(10) == (ReceiptMatch.STALE, None)  # e.g. after a send timeout
+    assert len(producer.pending) == 1  # still resent: a duplicate at worst, never a loss
+
+
+def test_receipt_for_an_id_never_given_is_a_mismatch() -> None:
+    producer = sent_producer(1)
+    producer.on_disconnected()
+    assert producer.on_receipt(10_000) == (ReceiptMatch.MISMATCH, None)
 
 
 # -- reconnect ------------------------------------------------------------------------------------

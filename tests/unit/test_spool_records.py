@@ -14,8 +14,8 @@ def datagram(i: int) -> bytes:
     return records.encode(records.DATAGRAM, b"datagram-%d" % i)
 
 
-def bodies(got: list[tuple[int, bytes]]) -> list[bytes]:
-    return [body for _, body in got]
+def bodies(got: list[tuple[int, bytes]] | list[tuple[int, bytes, str]]) -> list[bytes]:
+    return [record[1] for record in got]
 
 
 def test_records_round_trip_and_batches_keep_their_fields() -> None:
@@ -105,3 +105,32 @@ def test_a_torn_file_on_restart_is_counted(tmp_path: Path) -> None:
     again.open()
     assert bodies(again.read(10**6)) == [b"datagram-1"]
     assert again.corrupt_records == 1 and again.is_empty
+
+
+def test_a_record_larger_than_the_read_budget_still_comes_out(tmp_path: Path) -> None:
+    store = SpoolStore(tmp_path, max_bytes=10**7, fsync="never")
+    store.open()
+    big = records.encode(records.DATAGRAM, b"x" * 100_000)
+    store.append(big)
+    store.append(datagram(1))
+    got = store.read(1000)  # far less than the first record
+    assert [len(body) for _, body, _ in got][:1] == [100_000]
+    while not store.is_empty:
+        got += store.read(1000)
+    assert bodies(got)[-1] == b"datagram-1"
+
+
+def test_records_name_their_segment_so_a_restart_tells_old_from_new(tmp_path: Path) -> None:
+    store = SpoolStore(tmp_path, max_bytes=10**6, fsync="always")
+    store.open()
+    store.append(datagram(1))
+    store.close()
+    again = SpoolStore(tmp_path, max_bytes=10**6, fsync="always")
+    again.open()
+    old = set(again.segment_names())
+    again.append(datagram(2))
+    got = again.read(10**6)
+    assert [(body, segment in old) for _, body, segment in got] == [
+        (b"datagram-1", True),
+        (b"datagram-2", False),
+    ]

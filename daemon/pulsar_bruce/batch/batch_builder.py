@@ -168,15 +168,12 @@ def split_batch(batch: SealedBatch) -> tuple[SealedBatch, SealedBatch]:
     half = len(offsets) // 2
     cut = offsets[half]
     first_tags, rest_tags = split_tags(batch.tags, half) if batch.tags else (None, None)
-    return (
-        SealedBatch(count=half, payload=raw[:cut], buffer_bytes=cut, tags=first_tags),
-        SealedBatch(
-            count=len(offsets) - half,
-            payload=raw[cut:],
-            buffer_bytes=len(raw) - cut,
-            tags=rest_tags,
-        ),
+    first = SealedBatch(count=half, payload=raw[:cut], buffer_bytes=cut, tags=first_tags)
+    rest = SealedBatch(
+        count=len(offsets) - half, payload=raw[cut:], buffer_bytes=len(raw) - cut, tags=rest_tags
     )
+    first.created_at = rest.created_at = batch.created_at  # the send timeout still applies
+    return first, rest
 
 
 def batch_entries_of(batch: SealedBatch) -> bytes:

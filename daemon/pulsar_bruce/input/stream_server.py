@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import socket
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,6 +38,7 @@ class StreamConnection(asyncio.Protocol):
             max(forwarder.max_message_bytes * _FRAMING_SLACK, 1 << 20), self._settled
         )
         self.transport: asyncio.Transport | None = None
+        self._closed = False
         self._paused = False
         self._response_scheduled = False
         self._loop = asyncio.get_running_loop()
@@ -52,7 +54,21 @@ class StreamConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
 
+    def stop_reading(self) -> None:
+        """Shutdown: read nothing more (records not read are the client's to resend), but
+        keep answering flushes for what was read while the daemon delivers it."""
+        self._closed = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def close(self) -> None:
+        self._closed = True
+        if self.transport is not None:
+            self.transport.close()
+
     def _process(self) -> None:
+        if self._closed:
+            return
         session = self.session
         forwarder = self.forwarder
         try:
@@ -107,29 +123,41 @@ class StreamServer:
         self._after_records = after_records
         self._server: asyncio.AbstractServer | None = None
         self._activated = False
+        self._connections: weakref.WeakSet[StreamConnection] = weakref.WeakSet()
+
+    def _connection(self) -> StreamConnection:
+        connection = StreamConnection(self.forwarder, self._after_records)
+        self._connections.add(connection)
+        return connection
 
     async def start(self, activated: socket.socket | None = None) -> None:
         """Listen on ``path``, or on the socket systemd passed (it keeps its file)."""
         loop = asyncio.get_running_loop()
         if activated is not None:
             self._activated = True
-            self._server = await loop.create_unix_server(
-                lambda: StreamConnection(self.forwarder, self._after_records), sock=activated
-            )
+            self._server = await loop.create_unix_server(self._connection, sock=activated)
             return
         target = Path(self.path)
         target.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_stream_socket(target)
         old_umask = os.umask(0o777 & ~self.mode)
         try:
-            self._server = await loop.create_unix_server(
-                lambda: StreamConnection(self.forwarder, self._after_records), self.path
-            )
+            self._server = await loop.create_unix_server(self._connection, self.path)
         finally:
             os.umask(old_umask)
         os.chmod(self.path, self.mode)
 
+    def stop_reading(self) -> None:
+        """Shutdown, step 1: accept and read nothing more."""
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self._connections):
+            connection.stop_reading()
+
     async def stop(self) -> None:
+        """Shutdown, last step: close every connection and the listening socket."""
+        for connection in list(self._connections):
+            connection.close()
         if self._server is not None:
             self._server.close()
             if not self._activated:

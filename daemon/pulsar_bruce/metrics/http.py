@@ -7,6 +7,7 @@ between datagrams, so the accounting identity holds in every scrape.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Callable
@@ -44,7 +45,9 @@ class MetricsServer:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
-            await self._server.wait_closed()
+            # Newer Pythons wait for open handlers here; a stuck scraper must not hold us.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -77,8 +80,8 @@ class MetricsServer:
         ).encode("latin-1")
         try:
             writer.write(header if method == "HEAD" else header + body)
-            await writer.drain()
-        except OSError:
+            await asyncio.wait_for(writer.drain(), 10)
+        except (OSError, TimeoutError):
             pass
         finally:
             writer.close()

@@ -214,7 +214,9 @@ class PartitionProducer:
     def on_receipt(self, sequence_id: int) -> tuple[ReceiptMatch, SealedBatch | None]:
         """Match a ``SendReceipt`` against the head of the in-flight queue."""
         if self.in_flight == 0:
-            return ReceiptMatch.MISMATCH, None
+            # A receipt for a batch we gave up (send timeout) is old news, not a mismatch.
+            stale = 0 <= sequence_id < self.next_sequence_id
+            return (ReceiptMatch.STALE if stale else ReceiptMatch.MISMATCH), None
         head = self.pending[0]
         if sequence_id == head.sequence_id:
             self.pending.popleft()

@@ -13,6 +13,7 @@ Every message ends in exactly one of :meth:`on_acked` or :meth:`discard_batch`
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
@@ -37,6 +38,8 @@ if TYPE_CHECKING:  # the discard log is optional: imported only when configured
     from pulsar_bruce.metrics.discard_log import DiscardLog
 
 _ENTRY_OVERHEAD = BatchBuilder.ENTRY_OVERHEAD
+
+log = logging.getLogger(__name__)
 
 REJECT_SAMPLES = 10
 REJECT_SAMPLE_BYTES = 64
@@ -216,15 +219,20 @@ class Forwarder:
         """A datagram that never became a message: count it, keep a sample for ``/status``."""
         self.stats.discard(reason)
         self.recent_rejects.append((reason, data[:REJECT_SAMPLE_BYTES]))
-        if self.discard_log is not None:
-            self.discard_log.datagram(reason, data)
+        self._log_datagram(reason, data)
 
     def _refuse(self, topic: Topic, reason: str, data: bytes) -> None:
         """A valid message for ``topic`` that cannot be taken (too large, rate, buffer)."""
         self.stats.discard(reason)
         topic.stats.discard(reason, 1)
+        self._log_datagram(reason, data)
+
+    def _log_datagram(self, reason: str, data: bytes) -> None:
         if self.discard_log is not None:
-            self.discard_log.datagram(reason, data)
+            try:
+                self.discard_log.datagram(reason, data)
+            except Exception:  # evidence is best effort; the accounting is not
+                log.exception("discard log: cannot write a %s datagram", reason)
 
     # -- topics -------------------------------------------------------------------------
 
@@ -364,15 +372,18 @@ class Forwarder:
         topic.stats.acked += batch.count
 
     def discard_batch(self, topic: Topic, batch: SealedBatch, reason: str) -> None:
-        if batch.tags:
-            settle_tags(batch.tags, reason)
-        if self.discard_log is not None:
-            self.discard_log.batch(reason, topic.name, batch)
         stats = self.stats
         stats.discard(reason, batch.count)
         stats.buffered_messages -= batch.count
         stats.buffered_bytes -= batch.buffer_bytes
         topic.stats.discard(reason, batch.count)
+        if batch.tags:
+            settle_tags(batch.tags, reason)
+        if self.discard_log is not None:
+            try:
+                self.discard_log.batch(reason, topic.name, batch)
+            except Exception:  # evidence is best effort; the accounting above is not
+                log.exception("discard log: cannot write the batch of %s", topic.name)
 
     def discard_everything(self, reason: str) -> int:
         """Shutdown: give up every buffered message; returns how many."""
@@ -382,23 +393,28 @@ class Forwarder:
                 for batch in producer.take_all():
                     self.discard_batch(topic, batch, reason)
                     total += batch.count
-            for _partition, batch in topic.unrouted_batches:
-                self.discard_batch(topic, batch, reason)
-                total += batch.count
-            topic.unrouted_batches.clear()
-            if topic.unrouted:
-                for waiting in topic.unrouted:
-                    if self.discard_log is not None:
-                        self.discard_log.datagram(reason, waiting[2])
-                    if waiting[5] is not None:
-                        waiting[5].settle(1, reason)
-                count = len(topic.unrouted)
-                total += count
-                self.stats.discard(reason, count)
-                self.stats.buffered_messages -= count
-                topic.stats.discard(reason, count)
-                topic.unrouted.clear()
+            total += self.discard_unrouted(topic, reason)
         self.stats.buffered_bytes = 0
+        return total
+
+    def discard_unrouted(self, topic: Topic, reason: str) -> int:
+        """Give up the messages waiting for ``topic``'s partition count; returns how many."""
+        total = 0
+        for _partition, batch in topic.unrouted_batches:
+            self.discard_batch(topic, batch, reason)
+            total += batch.count
+        topic.unrouted_batches.clear()
+        stats = self.stats
+        for key_field, _timestamp, data, value_offset, _partition_key, tag in topic.unrouted:
+            stats.discard(reason)
+            stats.buffered_messages -= 1
+            stats.buffered_bytes -= BatchBuilder.entry_size(key_field, len(data) - value_offset)
+            topic.stats.discard(reason, 1)
+            if tag is not None:
+                tag.settle(1, reason)
+            self._log_datagram(reason, data)
+            total += 1
+        topic.unrouted.clear()
         return total
 
     def seal_all(self, on_sealed: Callable[[PartitionProducer], None]) -> None:

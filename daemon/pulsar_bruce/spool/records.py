@@ -110,6 +110,16 @@ def scan(data: bytes, final: bool) -> ScanResult:
     return ScanResult(records, offset, corrupt)
 
 
+def first_record_size(data: bytes) -> int:
+    """Size of the record ``data`` starts with, per its header (0 if unknown or implausible)."""
+    if len(data) < HEADER_SIZE:
+        return 0
+    magic, length, _ = _HEADER.unpack_from(data, 0)
+    if magic != MAGIC or length > MAX_RECORD:
+        return 0
+    return HEADER_SIZE + int(length)
+
+
 def _resync(data: bytes, start: int) -> int:
     """Offset of the next magic at or after ``start`` (or the end)."""
     found = data.find(MAGIC, start)

@@ -45,12 +45,12 @@ class Spooler:
         self._after_flush = after_flush
         self._unreachable_after_s = unreachable_after_s
         self._unreachable_since: float | None = None
-        self._previous_run_bytes = 0
+        self._previous_run_segments: set[str] = set()
         self._stopping = False
 
     def open(self) -> None:
         self.store.open()
-        self._previous_run_bytes = self.store.size_bytes
+        self._previous_run_segments = set(self.store.segment_names())
         self.forwarder.spill = self._spill
         if not self.store.is_empty:
             log.info(
@@ -65,7 +65,11 @@ class Spooler:
         record = records.encode(records.DATAGRAM, datagram)
         if not self.store.has_room(len(record)):
             return False
-        self.store.append(record)
+        try:
+            self.store.append(record)
+        except OSError as exc:  # disk full, I/O error: as if the spool were full
+            log.error("spool %s: cannot write (%s)", self.store.directory, exc)
+            return False
         self.forwarder.stats.spool_bytes = self.store.size_bytes
         return True
 
@@ -111,10 +115,8 @@ class Spooler:
             return
         if room <= 0:
             return
-        for kind, body in self.store.read(min(room, _REPLAY_CHUNK_BYTES)):
-            size = records.HEADER_SIZE + 1 + len(body)
-            previous_run = self._previous_run_bytes > 0
-            self._previous_run_bytes = max(self._previous_run_bytes - size, 0)
+        for kind, body, segment in self.store.read(min(room, _REPLAY_CHUNK_BYTES)):
+            previous_run = segment in self._previous_run_segments
             if kind == records.DATAGRAM:
                 forwarder.replay_datagram(body, previous_run=previous_run)
             else:
@@ -134,11 +136,18 @@ class Spooler:
         def write(front: list[bytes]) -> bool:
             if not self.store.has_room(sum(len(record) for record in front)):
                 return False
-            self.store.write_front(front)
+            try:
+                self.store.write_front(front)
+            except OSError as exc:
+                log.error("spool %s: cannot write at shutdown (%s)", self.store.directory, exc)
+                return False
             return True
 
         spooled = self.forwarder.spool_everything(write)
-        self.store.close()
+        try:
+            self.store.close()
+        except OSError as exc:
+            log.error("spool %s: cannot close (%s)", self.store.directory, exc)
         self._update_stats()
         return spooled
 

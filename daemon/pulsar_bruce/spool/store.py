@@ -67,6 +67,10 @@ class SpoolStore:
         if segments:
             self._next_number = _number(segments[-1]) + 1
 
+    def segment_names(self) -> list[str]:
+        """The segment files there are now, oldest first."""
+        return self._segments()
+
     def _segments(self) -> list[str]:
         return sorted(p.name for p in self.directory.glob(f"seg-*{_SUFFIX}"))
 
@@ -131,11 +135,12 @@ class SpoolStore:
 
     # -- reading ------------------------------------------------------------------------
 
-    def read(self, max_bytes: int) -> list[tuple[int, bytes]]:
-        """Up to about ``max_bytes`` of records from the head, in order; advances the cursor."""
+    def read(self, max_bytes: int) -> list[tuple[int, bytes, str]]:
+        """Up to about ``max_bytes`` of records from the head, in order, as (kind, body,
+        segment name); advances the cursor.  At least one whole record, however large."""
         if self._tail is not None:
             self._tail.flush()
-        out: list[tuple[int, bytes]] = []
+        out: list[tuple[int, bytes, str]] = []
         budget = max_bytes
         for name in self._segments():
             if budget <= 0:
@@ -146,10 +151,13 @@ class SpoolStore:
             with path.open("rb") as handle:
                 handle.seek(offset)
                 data = handle.read(budget)
+                whole = records.first_record_size(data)
+                if whole > len(data):  # the budget is smaller than the next record
+                    data += handle.read(whole - len(data))
                 at_end = handle.tell() >= os.fstat(handle.fileno()).st_size
             result = records.scan(data, final=at_end and not is_tail)
             self.corrupt_records += result.corrupt
-            out.extend(result.records)
+            out.extend((kind, body, name) for kind, body in result.records)
             offset += result.consumed
             self.size_bytes = max(self.size_bytes - result.consumed, 0)
             budget -= result.consumed
