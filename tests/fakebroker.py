@@ -133,6 +133,8 @@ class FakeBroker:
         self.lookup: LookupAnswer | Callable[[Lookup], LookupAnswer] = LookupAnswer()
         #: topic (full partition name) -> ServerError code answered to its Producer command.
         self.refuse_producers: dict[str, int] = {}
+        #: topic -> ServerError code answered to its PartitionedTopicMetadata request.
+        self.refuse_metadata: dict[str, int] = {}
         self.port = 0
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -356,8 +358,14 @@ class FakeBroker:
             reply = _T(type=_T.PARTITIONED_METADATA_RESPONSE)
             answer = reply.partitionMetadataResponse
             answer.request_id = command.partitionMetadata.request_id
-            answer.partitions = self.partitions
-            answer.response = pb.CommandPartitionedTopicMetadataResponse.Success
+            refusal = self.refuse_metadata.get(command.partitionMetadata.topic)
+            if refusal is None:
+                answer.partitions = self.partitions
+                answer.response = pb.CommandPartitionedTopicMetadataResponse.Success
+            else:
+                answer.response = pb.CommandPartitionedTopicMetadataResponse.Failed
+                answer.error = refusal  # type: ignore[assignment]
+                answer.message = "refused by the fake broker"
         elif kind == _T.LOOKUP:
             reply = self._lookup_reply(conn, command.lookupTopic)
         elif kind == _T.PRODUCER:  # answered by a task: it may be held

@@ -484,3 +484,19 @@ def test_producer_names_are_ours_and_stable_across_restarts(fake_broker, start_d
     requests = broker.producer_requests()
     assert [r.requested_name for r in requests] == ["edge-7", "edge-7"]
     assert {s.producer_name for s in broker.sends()} == {"edge-7"}
+
+
+def test_messages_for_a_topic_that_does_not_exist_are_discarded_not_kept(
+    fake_broker, start_daemon
+):
+    broker = fake_broker()
+    missing, fine = unique_topic("missing"), unique_topic("present")
+    broker.refuse_metadata[full_name(missing)] = pb.TopicNotFound
+    daemon = start_daemon(broker.url, *FAST)
+    with daemon.sender() as sender:
+        for i in range(5):
+            sender.send(missing, b"m%d" % i)
+            sender.send(fine, b"f%d" % i)
+    counters = daemon.wait_settled(10)
+    assert counters.acked == 5 and counters.discarded["broker_rejected"] == 5
+    assert "waiting messages discarded as broker_rejected" in daemon.log()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -194,3 +195,23 @@ def test_the_stream_socket_can_be_socket_activated_too(broker: Broker, tmp_path:
         process.terminate()
         assert process.wait(30) == 0
     assert (tmp_path / "confirmed.sock").exists()  # systemd's file is left alone
+
+
+def test_shutdown_still_answers_a_pending_flush(start_daemon) -> None:
+    from fakebroker import FakeBroker
+
+    broker = FakeBroker().start()
+    try:
+        daemon = start_daemon(broker.url, "--shutdown-timeout-s", "1", "--batch-max-delay-ms", "5")
+        client = RawStream(stream_path(daemon))
+        client.send(encode_any_partition("stream-shutdown", b"first"))
+        assert client.flush() == (1, {})
+        broker.swallow_receipts()  # the next one will never be confirmed
+        client.send(encode_any_partition("stream-shutdown", b"second"))
+        client.sock.sendall(encode_flush_request(2))
+        wait_for(lambda: len(broker.messages()) == 2, 10, "the second send")
+        daemon.process.send_signal(signal.SIGTERM)
+        assert client._read_response() == (2, 0, {"shutdown": 1})
+        assert daemon.process.wait(30) == 0
+    finally:
+        broker.stop()
