@@ -147,8 +147,3 @@ class ConnectionCore:
             self._outgoing.append(commands.ping())
             return KeepaliveAction.PING
         return KeepaliveAction.NOTHING
-
-    @property
-    def max_payload_size(self) -> int:
-        """Largest batch payload that still fits a frame under the negotiated limit."""
-        return self.max_message_size - FRAME_OVERHEAD_ALLOWANCE
