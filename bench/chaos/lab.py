@@ -57,6 +57,11 @@ class Lab:
         self._daemons.append(daemon)
         return daemon
 
+    def spool_dir(self) -> str:
+        """A fresh directory for a daemon's disk spool."""
+        self._count += 1
+        return str(self.workdir / f"spool{self._count}")
+
     def cleanup(self) -> None:
         for daemon in self._daemons:
             daemon.kill()

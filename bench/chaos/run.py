@@ -13,6 +13,7 @@ Scenarios (``bench/chaos/scenarios.py``; ``tests/integration/test_chaos.py`` is 
 - ``outage``: the broker down ``--outage-s`` at a steady ``--outage-rate``/s with a
   ``--buffer-max-bytes`` too small for it (no spool): acked + buffer_full == sent exactly,
   and exactly the acked values read back;
+- ``outage-spool``: the same outage with ``--spool-dir``: nothing discarded, all acked;
 - ``sigterm``: the daemon SIGTERMed ``--sigterm-rounds`` times, each after
   ``--sigterm-after`` messages of a flat-out sender: exit 0, everything sent received and
   acked, none discarded as shutdown;
@@ -35,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from chaos.lab import Lab
 from chaos.tools import Outcome
 
-SCENARIOS = ("restarts", "outage", "sigterm", "silent")
+SCENARIOS = ("restarts", "outage", "outage-spool", "sigterm", "silent")
 
 
 def parse_size(text: str) -> int:
@@ -92,9 +93,9 @@ def main() -> int:
                         timeout=args.timeout,
                     )
                 )
-            elif name == "outage":
+            elif name in ("outage", "outage-spool"):
                 plan.append(
-                    lambda: scenarios.broker_outage(
+                    lambda name=name: scenarios.broker_outage(  # type: ignore[misc]
                         lab.broker(),
                         lab.start_daemon,
                         messages=int(args.outage_rate * args.outage_s * 2),
@@ -103,6 +104,7 @@ def main() -> int:
                         kill_at=0.25,
                         buffer_max_bytes=args.buffer_max_bytes,
                         timeout=args.timeout,
+                        spool_dir=lab.spool_dir() if name == "outage-spool" else None,
                     )
                 )
             elif name == "sigterm":

@@ -147,6 +147,7 @@ def broker_outage(
     kill_at: float = 0.2,
     value_size: int = 100,
     timeout: float = 60.0,
+    spool_dir: str | None = None,
 ) -> Outcome:
     """A steady stream of ``messages`` at ``rate``/s; after ``kill_at`` of it the broker is
     SIGKILLed and kept down ``down_s`` seconds (at that load) with a ``buffer_max_bytes``
@@ -154,11 +155,14 @@ def broker_outage(
 
     Expected: ``acked + buffer_full == received == sent`` exactly, no other discard, and
     the values read back are exactly as many as were acked (no silent loss, no phantom).
+    With ``spool_dir`` (the disk spool on): no ``buffer_full`` at all, everything acked.
     """
     out = Outcome(
         f"broker down {down_s:g} s at {rate:,.0f} msg/s, --buffer-max-bytes {buffer_max_bytes}"
+        + (", with the disk spool" if spool_dir else ", no spool")
     )
-    daemon = start_daemon(broker.url, "--buffer-max-bytes", str(buffer_max_bytes))
+    spool_args = ["--spool-dir", spool_dir, "--send-timeout-s", "0"] if spool_dir else []
+    daemon = start_daemon(broker.url, "--buffer-max-bytes", str(buffer_max_bytes), *spool_args)
     topic = unique_topic("chaos-outage")
     daemon.warm_up(topic, broker.partitions)
     stream = Stream(daemon.socket_path, topic, messages, rate, value_size)
@@ -209,7 +213,10 @@ def broker_outage(
         counters.acked + buffer_full == counters.received,
         f"acked {counters.acked} + buffer_full {buffer_full} != received {counters.received}",
     )
-    out.expect(buffer_full > 0, "the buffer never overflowed: shrink it or raise the load")
+    if spool_dir:
+        out.expect(buffer_full == 0, f"{buffer_full} discarded as buffer_full despite the spool")
+    else:
+        out.expect(buffer_full > 0, "the buffer never overflowed: shrink it or raise the load")
     out.expect(not others, f"other discards: {others}")
     out.expect(counters.buffered == 0, f"{counters.buffered} still buffered")
     out.expect(counters.identity_holds(), f"accounting identity broken: {counters}")

@@ -49,6 +49,23 @@ def test_broker_outage_without_spool_counts_every_buffer_full(own_broker, start_
     )
 
 
+def test_broker_outage_with_the_spool_loses_nothing(
+    own_broker, start_daemon, tmp_path: Path
+) -> None:
+    check(
+        scenarios.broker_outage(
+            own_broker,
+            start_daemon,
+            messages=12_000,
+            rate=2_000,
+            down_s=3.0,
+            buffer_max_bytes=128 * 1024,
+            timeout=45,
+            spool_dir=str(tmp_path / "spool"),
+        )
+    )
+
+
 def test_daemon_sigterm_under_load_delivers_everything_received(broker, start_daemon) -> None:
     check(scenarios.daemon_sigterm(broker, start_daemon, after=20_000, timeout=45))
 
