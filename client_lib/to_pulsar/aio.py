@@ -22,6 +22,7 @@ import socket
 import time
 from types import TracebackType
 
+from .client import connect_datagram
 from .encoding import Payload, encode_any_partition, encode_partition_key
 from .errors import (
     DaemonUnavailableError,
@@ -225,20 +226,8 @@ class AsyncSender:
                 loop.remove_writer(fd)
 
     def _connect(self) -> socket.socket:
-        """Open and connect a new non-blocking socket; "nobody there" is DaemonUnavailableError."""
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        try:
-            sock.connect(self._path)
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
-            sock.close()
-            raise DaemonUnavailableError(
-                f"no daemon listening on {self._path} ({exc.strerror})"
-            ) from exc
-        except OSError as exc:
-            sock.close()
-            raise DaemonUnavailableError(
-                f"cannot connect to daemon socket {self._path} ({exc.strerror or exc})"
-            ) from exc
+        """A new non-blocking socket connected to the daemon."""
+        sock = connect_datagram(self._path)
         sock.setblocking(False)
         return sock
 

@@ -45,6 +45,22 @@ def _apply_timeout(sock: socket.socket, timeout: float | None) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("@ll", sec, usec))
 
 
+def connect_datagram(path: str) -> socket.socket:
+    """A datagram socket connected to the daemon; "nobody there" is DaemonUnavailableError."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        sock.connect(path)
+    except (FileNotFoundError, ConnectionRefusedError) as exc:
+        sock.close()
+        raise DaemonUnavailableError(f"no daemon listening on {path} ({exc.strerror})") from exc
+    except OSError as exc:
+        sock.close()
+        raise DaemonUnavailableError(
+            f"cannot connect to daemon socket {path} ({exc.strerror or exc})"
+        ) from exc
+    return sock
+
+
 def _closed_send(datagram: bytes, /) -> int:
     """Stands in for ``socket.send`` after close(), so send() needs no "closed?" check."""
     raise ToPulsarError("Sender is closed")
@@ -147,20 +163,7 @@ class Sender:
     # Slow paths: kept out of send() so the common case stays a single call.
 
     def _connect(self) -> socket.socket:
-        """Open and connect a new socket, mapping "nobody there" to DaemonUnavailableError."""
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        try:
-            sock.connect(self._path)
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
-            sock.close()
-            raise DaemonUnavailableError(
-                f"no daemon listening on {self._path} ({exc.strerror})"
-            ) from exc
-        except OSError as exc:
-            sock.close()
-            raise DaemonUnavailableError(
-                f"cannot connect to daemon socket {self._path} ({exc.strerror or exc})"
-            ) from exc
+        sock = connect_datagram(self._path)
         _apply_timeout(sock, self._timeout)
         return sock
 
