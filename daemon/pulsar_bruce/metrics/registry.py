@@ -121,8 +121,7 @@ class _StatsCollector:
             acked.add_metric([topic.name], topic.stats.acked)
             for reason, count in topic.stats.discarded.items():
                 discarded.add_metric([topic.name, reason], count)
-            waiting = len(topic.unrouted) + sum(p.buffered_messages for p in topic.producers)
-            buffered.add_metric([topic.name], waiting)
+            buffered.add_metric([topic.name], topic.buffered_messages)
             ready.add_metric([topic.name], sum(1 for p in topic.producers if p.ready))
         yield from (acked, discarded, buffered, ready)
 

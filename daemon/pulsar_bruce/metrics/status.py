@@ -32,7 +32,7 @@ def status_document(
     """Everything an operator looks at first, as a JSON-ready dict."""
     topic_rows: list[dict[str, Any]] = []
     for topic in topics:
-        buffered = len(topic.unrouted) + sum(p.buffered_messages for p in topic.producers)
+        buffered = topic.buffered_messages
         topic_rows.append(
             {
                 "name": topic.name,

@@ -50,6 +50,12 @@ class Topic:
         self.rate_budget: int | None = None
         self._round_robin = -1
 
+    @property
+    def buffered_messages(self) -> int:
+        """Messages of this topic not yet acked or discarded (for metrics and status)."""
+        waiting = len(self.unrouted) + sum(batch.count for _, batch in self.unrouted_batches)
+        return waiting + sum(p.buffered_messages for p in self.producers)
+
     def choose_any(self) -> PartitionProducer:
         """AnyPartition: stay on the current partition until its batch is sealed."""
         producers = self.producers
