@@ -1,9 +1,11 @@
-"""The daemon: startup, main loop, graceful shutdown (in the manner of uvicorn's server.py).
+"""The daemon's lifecycle: wire the parts, start, serve, shut down (after uvicorn's server.py).
 
-Startup opens the metrics endpoint and the datagram socket, then reads until
+Startup opens the metrics endpoint and the input sockets and reads until
 SIGTERM or SIGINT.  Shutdown stops reading, drains what is already queued in
-the socket, seals and writes every batch, waits for receipts up to
-``shutdown_timeout_s``, discards the rest as ``shutdown`` and returns.
+the sockets, seals and writes every batch and waits for receipts up to
+``shutdown_timeout_s`` (a second SIGTERM or SIGINT ends the wait at once);
+what is left goes to the spool if there is one, else is discarded as
+``shutdown``.  Signal handlers are restored on the way out.
 """
 
 from __future__ import annotations
@@ -12,41 +14,38 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
-import itertools
 import logging
 import signal
 import socket
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from pulsar_bruce import reasons
 from pulsar_bruce.config import TOPIC_OPTIONS, Config, ConfigError
-from pulsar_bruce.connection.broker_connection import ConnectionClosedError, ServerError
-from pulsar_bruce.connection.pool import ConnectionPool, TopicLookupError
+from pulsar_bruce.connection.pool import ConnectionPool
 from pulsar_bruce.connection.security import ConnectionSecurity
 from pulsar_bruce.input.socket_reader import DatagramReader, open_datagram_socket
 from pulsar_bruce.input.stream_server import StreamServer
 from pulsar_bruce.metrics.http import MetricsServer
-from pulsar_bruce.metrics.registry import Metrics
-from pulsar_bruce.metrics.stats import Stats
+from pulsar_bruce.metrics.registry import Metrics, SpoolGauges
 from pulsar_bruce.metrics.status import status_document
-from pulsar_bruce.parse.topic import is_partition_name, partition_name
-from pulsar_bruce.producer.backoff import Backoff
-from pulsar_bruce.producer.driver import DeliveryPolicy, ProducerDriver
-from pulsar_bruce.producer.faults import is_permanent
-from pulsar_bruce.producer.partition_producer import PartitionProducer
-from pulsar_bruce.route.forwarder import Forwarder
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.model.ledger import Ledger
+from pulsar_bruce.producer.delivery import DeliveryPolicy
+from pulsar_bruce.route.intake import Intake
+from pulsar_bruce.route.outcomes import Evidence, Outcomes, forget_buffered, spool_records_of
+from pulsar_bruce.route.topic_manager import TopicManager
 from pulsar_bruce.route.topic_settings import TopicConfigurator
 from pulsar_bruce.service import systemd
+from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.spool.spooler import Spooler
 from pulsar_bruce.spool.store import SpoolStore
 
 log = logging.getLogger(__name__)
 
 _SHUTDOWN_POLL_S = 0.02
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class Server:
@@ -55,55 +54,65 @@ class Server:
     def __init__(self, config: Config, reload: Callable[[], Config] | None = None):
         self.config = config
         self._reload = reload
-        self.stats = Stats()
-        self.topic_settings = TopicConfigurator(config)
-        self.forwarder = Forwarder(
-            self.stats,
-            self,
-            buffer_max_bytes=config.buffer_max_bytes,
-            max_message_bytes=self.topic_settings.largest_message_bytes(),
-        )
-        self._rate_refills: dict[str, asyncio.TimerHandle] = {}
-        self.spooler: Spooler | None = None
-        self.stream_server: StreamServer | None = None
-        self._activated_stream: socket.socket | None = None
-        if config.spool_dir:
-            self.spooler = Spooler(
-                SpoolStore(config.spool_dir, config.spool_max_bytes, config.spool_fsync),
-                self.forwarder,
-                broker_reachable=lambda: bool(self.pool.connections),
-                after_flush=self._flush_dirty,
-                unreachable_after_s=config.spool_after_s,
-            )
-        if config.discard_log:
-            from pulsar_bruce.metrics.discard_log import DiscardLog  # optional, lazily
-
-            self.forwarder.discard_log = DiscardLog(
-                config.discard_log, config.discard_log_max_bytes, config.discard_log_archives
-            )
-        self.producer_name = stable_producer_name(config.producer_name_prefix, config.socket)
-        self.delivery = DeliveryPolicy(
-            receipt_timeout_s=config.receipt_timeout_s,
-            send_timeout_s=config.send_timeout_s,
-            max_send_attempts=config.max_send_attempts,
-        )
+        self.ledger = Ledger()
         # TLS context and credentials, built once (ConfigError naming the option if unusable).
         self.security = ConnectionSecurity.from_config(config)
         self.pool = ConnectionPool(
             config.service_url, ssl_context=self.security.ssl_context, auth=self.security.auth
         )
-        self.metrics = Metrics(
-            self.stats,
-            lambda: self.forwarder.topics_by_name.values(),
-            lambda: len(self.pool.connections),
+        self.store = (
+            SpoolStore(config.spool_dir, config.spool_max_bytes, config.spool_fsync)
+            if config.spool_dir
+            else None
         )
-        self.drivers: dict[int, ProducerDriver] = {}
-        self._dirty: set[ProducerDriver] = set()
-        self._producer_ids = itertools.count(1)
+        self.policy = SpoolPolicy(
+            self.ledger, config.buffer_max_bytes, self.store, config.spool_after_s
+        )
+        self.metrics = Metrics(
+            self.ledger,
+            lambda: self.topics.registry,
+            lambda: len(self.pool.connections),
+            self._spool_gauges,
+        )
+        self.outcomes = Outcomes(self.ledger, _discard_log(config), self.metrics)
+        self.topic_settings = TopicConfigurator(config)
+        self.topics = TopicManager(
+            self.pool,
+            self.outcomes,
+            self.topic_settings,
+            DeliveryPolicy(
+                receipt_timeout_s=config.receipt_timeout_s,
+                send_timeout_s=config.send_timeout_s,
+                max_send_attempts=config.max_send_attempts,
+            ),
+            producer_name=stable_producer_name(config.producer_name_prefix, config.socket),
+            metadata_refresh_s=config.metadata_refresh_s,
+        )
+        self.intake = Intake(
+            self.topics.registry,
+            self.topics.appender,
+            self.ledger,
+            self.policy,
+            self.outcomes,
+            max_message_bytes=self.topic_settings.largest_message_bytes(),
+        )
+        self.spooler = (
+            Spooler(
+                self.store,
+                self.policy,
+                self.intake,
+                broker_reachable=lambda: bool(self.pool.connections),
+                after_replay=self.topics.flush_dirty,
+            )
+            if self.store is not None
+            else None
+        )
+        self.reader: DatagramReader | None = None
+        self.stream_server: StreamServer | None = None
+        self.metrics_server: MetricsServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
-        self.reader: DatagramReader | None = None
-        self.metrics_server: MetricsServer | None = None
+        self._stop_now = asyncio.Event()
         self.started = asyncio.Event()
         self.started_at = time.time()
         self.notifier = systemd.Notifier.from_environ()
@@ -113,65 +122,76 @@ class Server:
     # -- main loop ------------------------------------------------------------------
 
     async def serve(self) -> None:
+        with self.capture_signals():
+            await self.startup()
+            await self._stop.wait()
+            await self.shutdown()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """SIGTERM/SIGINT stop, SIGHUP reloads; the previous handlers come back on exit."""
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, self.request_stop, signum)
-        loop.add_signal_handler(signal.SIGHUP, self.reload_topic_settings)
-        if self.config.metrics_listen is not None:
-            host, port = self.config.metrics_listen
+        handlers: dict[signal.Signals, Callable[..., Any]] = {
+            **dict.fromkeys(_STOP_SIGNALS, self.request_stop),
+            signal.SIGHUP: lambda _signum: self.reload(),
+        }
+        previous = {signum: signal.getsignal(signum) for signum in handlers}
+        for signum, handler in handlers.items():
+            loop.add_signal_handler(signum, handler, signum)
+        try:
+            yield
+        finally:
+            for signum, original in previous.items():
+                loop.remove_signal_handler(signum)
+                signal.signal(signum, original)
+
+    async def startup(self) -> None:
+        config = self.config
+        if config.metrics_listen is not None:
+            host, port = config.metrics_listen
             self.metrics_server = MetricsServer(
                 self.metrics.registry, host, port, status=self.status_document
             )
             await self.metrics_server.start()
-        sock = self._open_input_socket()
+        datagram_socket, stream_socket = self._open_input_sockets()
         self.reader = DatagramReader(
-            sock,
-            self.forwarder.handle_datagram,
-            self._flush_dirty,
-            self.forwarder.max_message_bytes,
+            datagram_socket, self.intake.admit, self._after_drain, self.intake.max_message_bytes
         )
         self.reader.start()
-        stream_path = self.config.stream_socket_path
-        if stream_path is not None or self._activated_stream is not None:
+        stream_path = config.stream_socket_path
+        if stream_path is not None or stream_socket is not None:
             self.stream_server = StreamServer(
-                stream_path or "", self.config.socket_mode, self.forwarder, self._flush_dirty
+                stream_path or "", config.socket_mode, self.intake, self._after_drain
             )
-            await self.stream_server.start(self._activated_stream)
+            await self.stream_server.start(stream_socket)
         if self.spooler is not None:
             self.spooler.open()
             self._spawn(self.spooler.run())
-        if self.config.metadata_refresh_s > 0:
-            self._spawn(self._refresh_metadata_periodically())
+        self.topics.start()
         if self.notifier.enabled:
             self._spawn(self._notify_periodically())
         log.info(
             "pulsar-bruce receiving on %s%s, forwarding to %s, metrics on %s",
             self.socket_name,
             " (socket activation)" if self.socket_activated else "",
-            self.config.service_url,
-            "{}:{}".format(*self.config.metrics_listen) if self.config.metrics_listen else "off",
+            config.service_url,
+            "{}:{}".format(*config.metrics_listen) if config.metrics_listen else "off",
         )
         for warning in self.security.warnings:
             log.warning("%s", warning)
         self.started.set()
         self.notifier.ready(self._status())
-        await self._stop.wait()
-        await self.shutdown()
-
-    def status_document(self) -> dict[str, Any]:
-        return status_document(
-            started_at=self.started_at,
-            socket=self.socket_name,
-            service_url=self.config.service_url,
-            stats=self.stats,
-            topics=self.forwarder.topics_by_name.values(),
-            connections=[c.address for c in self.pool.connections],
-            recent_rejects=self.forwarder.recent_rejects,
-        )
 
     def request_stop(self, signum: int | None = None) -> None:
-        if signum is not None and not self._stop.is_set():
-            log.info("received %s, shutting down", signal.Signals(signum).name)
+        """First stop signal: shut down gracefully; a second one: stop waiting for receipts."""
+        name = signal.Signals(signum).name if signum is not None else "stop request"
+        if self._stop.is_set():
+            if not self._stop_now.is_set():
+                log.warning("received %s again: not waiting for receipts any longer", name)
+            self._stop_now.set()
+            return
+        if signum is not None:
+            log.info("received %s, shutting down", name)
         self._stop.set()
 
     async def shutdown(self) -> None:
@@ -187,94 +207,51 @@ class Server:
             self.stream_server.stop_reading()
         if self.spooler is not None:
             self.spooler.stop_replaying()  # what is on disk stays there for the next start
-        self.forwarder.seal_all(self.batch_sealed)
-        self._flush_dirty()
-        deadline = time.monotonic() + self.config.shutdown_timeout_s
-        stats = self.stats
-        while stats.buffered_messages > stats.spooled_messages and time.monotonic() < deadline:
-            await asyncio.sleep(_SHUTDOWN_POLL_S)
-        if self.spooler is not None and stats.buffered_messages > stats.spooled_messages:
-            spooled = self.spooler.shutdown()
-            if spooled:
-                log.warning(
-                    "shutdown timeout: %d unacknowledged messages kept in the spool", spooled
-                )
-        elif self.spooler is not None:
-            self.spooler.shutdown()
-        left = self.forwarder.discard_everything(reasons.SHUTDOWN)
-        if left:
-            log.warning("shutdown timeout: discarded %d unacknowledged messages", left)
+        self.policy.write_held()
+        self.topics.seal_all()
+        await self._wait_for_receipts(time.monotonic() + self.config.shutdown_timeout_s)
+        self._keep_or_discard_the_rest()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await asyncio.gather(*(driver.stop() for driver in self.drivers.values()))
+        await self.topics.stop()
         self.pool.close_all()
         if self.stream_server is not None:
             await self.stream_server.stop()
         if self.metrics_server is not None:
             await self.metrics_server.stop()
+        ledger = self.ledger
         log.info(
             "stopped: received %d, acked %d, discarded %d",
-            self.stats.received,
-            self.stats.acked,
-            sum(self.stats.discarded.values()),
+            ledger.received,
+            ledger.acked,
+            ledger.discarded_total,
         )
 
-    def _open_input_socket(self) -> socket.socket:
-        """The datagram socket systemd passed us (socket activation), else our own at --socket."""
-        passed, self._activated_stream = systemd.activated_sockets()
-        if passed is not None:
-            passed.setblocking(False)
-            self.socket_activated = True
-            self.socket_name = systemd.socket_name(passed)
-            return passed
-        Path(self.config.socket).parent.mkdir(parents=True, exist_ok=True)
-        return open_datagram_socket(
-            self.config.socket, self.config.socket_mode, self.config.socket_group
-        )
+    async def _wait_for_receipts(self, deadline: float) -> None:
+        ledger = self.ledger
+        while (
+            ledger.buffered_messages > ledger.spooled_messages
+            and time.monotonic() < deadline
+            and not self._stop_now.is_set()
+        ):
+            await asyncio.sleep(_SHUTDOWN_POLL_S)
 
-    # -- systemd notifications ---------------------------------------------------------
+    def _keep_or_discard_the_rest(self) -> None:
+        """Unacked messages go to the front of the spool if there is one (and room), else
+        they are discarded as ``shutdown``."""
+        topics = list(self.topics.registry)
+        if self.spooler is not None:
+            front, count, charge = spool_records_of(topics)
+            if self.spooler.shutdown(front):
+                forget_buffered(topics)
+                self.ledger.to_disk(count, charge)
+                log.warning("shutdown: %d unacknowledged messages kept in the spool", count)
+        left = self.outcomes.discard_everything(topics, reasons.SHUTDOWN)
+        if left:
+            log.warning("shutdown: discarded %d unacknowledged messages", left)
 
-    def _status(self) -> str:
-        stats = self.stats
-        return systemd.status_line(
-            "stopping" if self._stop.is_set() else f"receiving on {self.socket_name}",
-            stats.buffered_messages,
-            len(self.pool.connections),
-            stats.received,
-            stats.acked,
-            sum(stats.discarded.values()),
-        )
-
-    async def _notify_periodically(self) -> None:
-        """STATUS= every few seconds; WATCHDOG=1 pings from the event loop itself."""
-        while True:
-            await asyncio.sleep(self.notifier.tick_s)
-            self.notifier.tick(self._status())
-
-    # -- ForwarderEvents -------------------------------------------------------------
-
-    def topic_added(self, topic: Topic) -> None:
-        self._apply_topic_settings(topic)
-        self._spawn(self._resolve_partitions(topic))
-
-    def _apply_topic_settings(self, topic: Topic) -> None:
-        settings = self.topic_settings.apply(topic)
-        timer = self._rate_refills.pop(topic.name, None)
-        if timer is not None:
-            timer.cancel()
-        if settings.rate_limit_messages:
-            self._schedule_refill(topic, settings.rate_limit_interval_s)
-
-    def _schedule_refill(self, topic: Topic, interval_s: float) -> None:
-        def refill() -> None:
-            self.topic_settings.refill(topic)
-            self._schedule_refill(topic, interval_s)
-
-        loop = asyncio.get_running_loop()
-        self._rate_refills[topic.name] = loop.call_later(interval_s, refill)
-
-    def reload_topic_settings(self) -> None:
+    def reload(self) -> None:
         """SIGHUP: re-read the configuration and apply its per-topic settings, dropping nothing."""
         if self._reload is None:
             return
@@ -284,8 +261,8 @@ class Server:
             log.error("SIGHUP: configuration not reloaded: %s", exc)
             return
         self.topic_settings.reconfigure(config, [])
-        for topic in self.forwarder.topics_by_name.values():
-            self._apply_topic_settings(topic)
+        for topic in self.topics.registry:
+            self.topics.apply_settings(topic)
         ignored = [
             f.name
             for f in dataclasses.fields(config)
@@ -294,125 +271,80 @@ class Server:
         ]
         if ignored:
             log.warning("SIGHUP: %s take effect only on restart", ", ".join(ignored))
-        self.forwarder.max_message_bytes = min(
-            self.forwarder.max_message_bytes, self.topic_settings.largest_message_bytes()
+        self.intake.max_message_bytes = min(
+            self.intake.max_message_bytes, self.topic_settings.largest_message_bytes()
         )  # the socket buffer cannot grow without a restart
         log.info(
             "SIGHUP: per-topic settings reloaded (%d overrides, %d topics)",
             len(config.topic_overrides),
-            len(self.forwarder.topics_by_name),
+            len(self.topics.registry),
         )
 
-    def batch_opened(self, producer: PartitionProducer) -> None:
-        self.drivers[producer.producer_id].arm_linger()
+    # -- edges ---------------------------------------------------------------------------
 
-    def batch_sealed(self, producer: PartitionProducer) -> None:
-        self._dirty.add(self.drivers[producer.producer_id])
+    def _after_drain(self) -> None:
+        """Once per socket drain: write what the spool holds, then the sealed batches."""
+        self.policy.write_held()
+        self.topics.flush_dirty()
 
-    def _flush_dirty(self) -> None:
-        """After a socket drain: write the batches that filled up during it."""
-        if self._dirty:
-            for driver in self._dirty:
-                driver.flush()
-            self._dirty.clear()
+    def _open_input_sockets(self) -> tuple[socket.socket, socket.socket | None]:
+        """The sockets systemd passed us (socket activation), else our own at --socket."""
+        passed, activated_stream = systemd.activated_sockets()
+        if passed is not None:
+            passed.setblocking(False)
+            self.socket_activated = True
+            self.socket_name = systemd.socket_name(passed)
+            return passed, activated_stream
+        Path(self.config.socket).parent.mkdir(parents=True, exist_ok=True)
+        own = open_datagram_socket(
+            self.config.socket, self.config.socket_mode, self.config.socket_group
+        )
+        return own, activated_stream
 
-    # -- topics and producers ---------------------------------------------------------
+    def _spool_gauges(self) -> SpoolGauges:
+        store = self.store
+        return SpoolGauges(store.size_bytes, store.corrupt_records) if store else SpoolGauges(0, 0)
 
-    async def _resolve_partitions(self, topic: Topic) -> None:
-        """Find the partition count (retrying with backoff) and start the producers."""
-        backoff = Backoff()
+    def status_document(self) -> dict[str, Any]:
+        return status_document(
+            started_at=self.started_at,
+            socket=self.socket_name,
+            service_url=self.config.service_url,
+            stats=self.ledger,
+            topics=self.topics.registry,
+            connections=[c.address for c in self.pool.connections],
+            recent_rejects=self.outcomes.recent_rejects,
+        )
+
+    def _status(self) -> str:
+        ledger = self.ledger
+        return systemd.status_line(
+            "stopping" if self._stop.is_set() else f"receiving on {self.socket_name}",
+            ledger.buffered_messages,
+            len(self.pool.connections),
+            ledger.received,
+            ledger.acked,
+            ledger.discarded_total,
+        )
+
+    async def _notify_periodically(self) -> None:
+        """STATUS= every few seconds; WATCHDOG=1 pings from the event loop itself."""
         while True:
-            try:
-                count = await self._partition_count(topic.name)
-                break
-            except (
-                TopicLookupError,
-                ConnectionClosedError,
-                ServerError,
-                OSError,
-                TimeoutError,
-            ) as exc:
-                delay = backoff.next_delay()
-                dropped = 0
-                if is_permanent(getattr(exc, "error", None)):
-                    # Refused for good (no such topic, not allowed): waiting cannot help.
-                    dropped = self.forwarder.discard_unrouted(topic, reasons.BROKER_REJECTED)
-                log.warning(
-                    "partition count of %s unknown (%s)%s; retrying in %.1f s",
-                    topic.name,
-                    exc or type(exc).__name__,
-                    f"; {dropped} waiting messages discarded as broker_rejected" if dropped else "",
-                    delay,
-                )
-                await asyncio.sleep(delay)
-        self._grow(topic, count)
+            await asyncio.sleep(self.notifier.tick_s)
+            self.notifier.tick(self._status())
 
-    async def _partition_count(self, name: str) -> int:
-        # A "-partition-N" name is one partition, addressed directly.
-        return 0 if is_partition_name(name) else await self.pool.partition_count(name)
-
-    def _grow(self, topic: Topic, count: int) -> None:
-        """Attach producers for partitions ``len(topic.producers) .. count-1``."""
-        if count == 0:
-            if topic.producers:
-                return
-            names = [topic.name]
-        else:
-            if topic.producers and not topic.partitioned:
-                log.warning(
-                    "%s became partitioned; keeping its non-partitioned producer", topic.name
-                )
-                return
-            names = [partition_name(topic.name, i) for i in range(len(topic.producers), count)]
-            if not names:
-                return
-            if topic.producers:
-                log.info("%s grew to %d partitions", topic.name, count)
-        new = []
-        for index, name in enumerate(names, start=len(topic.producers)):
-            producer = PartitionProducer(
-                name, index, next(self._producer_ids), self.topic_settings.policy(topic)
-            )
-            if self.producer_name:
-                producer.name, producer.name_is_ours = self.producer_name, True
-            driver = ProducerDriver(
-                producer,
-                topic,
-                self.pool,
-                self.forwarder,
-                self.metrics,
-                self.delivery,
-            )
-            self.drivers[producer.producer_id] = driver
-            new.append(producer)
-        self.forwarder.add_producers(topic, new, partitioned=count > 0)
-        for producer in new:
-            self.drivers[producer.producer_id].start()
-        self._flush_dirty()
-
-    async def _refresh_metadata_periodically(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.metadata_refresh_s)
-            for topic in list(self.forwarder.topics_by_name.values()):
-                if not topic.partitioned:
-                    continue
-                try:
-                    count = await self._partition_count(topic.name)
-                except (
-                    TopicLookupError,
-                    ConnectionClosedError,
-                    ServerError,
-                    OSError,
-                    TimeoutError,
-                ):
-                    continue
-                if count > len(topic.producers):
-                    self._grow(topic, count)
-
-    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, coroutine: Any) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _discard_log(config: Config) -> Evidence | None:
+    if not config.discard_log:
+        return None
+    from pulsar_bruce.metrics.discard_log import DiscardLog  # optional, imported lazily
+
+    return DiscardLog(config.discard_log, config.discard_log_max_bytes, config.discard_log_archives)
 
 
 def stable_producer_name(prefix: str, socket_path: str) -> str | None:

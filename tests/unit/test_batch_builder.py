@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pulsar_bruce.batch.batch_builder import (
     BatchBuilder,
-    SealedBatch,
     encode_key_field,
     entry_offsets,
     split_batch,
@@ -18,6 +17,8 @@ from pulsar_bruce.batch.batch_builder import (
 )
 from pulsar_bruce.batch.compression import CODECS, decompress
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
+from pulsar_bruce.model.batch import SealedBatch
+from pulsar_bruce.model.ledger import memory_charge
 
 
 def entries(payload: bytes) -> list[tuple[pb.SingleMessageMetadata, bytes]]:
@@ -42,7 +43,10 @@ def entries(payload: bytes) -> list[tuple[pb.SingleMessageMetadata, bytes]]:
 def add(builder: BatchBuilder, key: bytes, timestamp: int, value: bytes) -> int:
     """Append like the forwarder does: value at the end of a larger datagram buffer."""
     datagram = b"HEADER" + value
-    return builder.append(encode_key_field(key), timestamp, datagram, 6)
+    key_field = encode_key_field(key)
+    return builder.append(
+        key_field, timestamp, datagram, 6, memory_charge(key_field, len(datagram) - 6)
+    )
 
 
 # -- varint -----------------------------------------------------------------------------------
@@ -177,7 +181,7 @@ def test_large_values_get_a_multi_byte_payload_size() -> None:
 
 def test_append_copies_only_the_value_part_of_the_datagram() -> None:
     builder = BatchBuilder()
-    builder.append(b"", 0, b"0123456789", 7)
+    builder.append(b"", 0, b"0123456789", 7, memory_charge(b"", 3))
     ((metadata, value),) = entries(bytes(builder.buffer))
     assert value == b"789"
     assert metadata.payload_size == 3
@@ -196,9 +200,9 @@ def test_any_messages_decode_back(messages: list[tuple[bytes, int, bytes]]) -> N
     for key, timestamp, value in messages:
         key_field = encode_key_field(key)
         before = len(builder.buffer)
-        added = builder.append(key_field, timestamp, b"xx" + value, 2)
+        added = builder.append(key_field, timestamp, b"xx" + value, 2, 0)
         assert added == len(builder.buffer) - before
-        assert added <= BatchBuilder.entry_size(key_field, len(value))
+        assert added <= memory_charge(key_field, len(value))
     decoded = entries(bytes(builder.buffer))
     assert len(decoded) == len(messages) == builder.count
     for (key, timestamp, value), (metadata, got) in zip(messages, decoded, strict=True):
@@ -217,8 +221,8 @@ def test_entry_size_is_an_upper_bound_for_the_largest_fields() -> None:
     builder = BatchBuilder()
     key_field = encode_key_field(b"k" * 300)
     value = b"v" * 70000  # 3-byte payload_size varint
-    size = builder.append(key_field, 2**63 - 1, value, 0)  # 9-byte event time varint
-    assert size <= BatchBuilder.entry_size(key_field, len(value))
+    size = builder.append(key_field, 2**63 - 1, value, 0, 0)  # 9-byte event time varint
+    assert size <= memory_charge(key_field, len(value))
 
 
 # -- sealing --------------------------------------------------------------------------------
@@ -229,11 +233,13 @@ def test_seal_keeps_the_uncompressed_payload_until_first_send() -> None:
     add(builder, b"k", 1, b"v1")
     add(builder, b"k", 1, b"v2")
     raw = bytes(builder.buffer)
+    charged = builder.charged
     sealed = builder.seal()
     assert isinstance(sealed, SealedBatch)
     assert sealed.count == 2
     assert sealed.payload == raw
-    assert sealed.buffer_bytes == len(raw)
+    assert sealed.buffer_bytes == charged == 2 * memory_charge(encode_key_field(b"k"), 2)
+    assert builder.charged == 0
     assert sealed.sequence_id == -1
 
 

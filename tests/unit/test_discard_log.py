@@ -15,7 +15,7 @@ def test_batch_messages_are_logged_one_line_each(tmp_path: Path) -> None:
     builder = BatchBuilder()
     for key, value in ((b"k1", b"value-one"), (b"", b"value-two")):
         data = b"xx" + value
-        builder.append(encode_key_field(key), 1700000000000, data, 2)
+        builder.append(encode_key_field(key), 1700000000000, data, 2, 64)
     log.batch("shutdown", "persistent://public/default/t", builder.seal())
     log.close()
     lines = [json.loads(x) for x in (tmp_path / "d.log").read_text().splitlines()]

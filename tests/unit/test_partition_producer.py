@@ -27,7 +27,7 @@ def make_producer(policy: BatchPolicy | None = None) -> PartitionProducer:
 def add_batch(producer: PartitionProducer, count: int, prefix: bytes = b"m") -> None:
     """Append ``count`` messages to the open batch and seal it."""
     for i in range(count):
-        producer.batch.append(b"", 0, prefix + str(i).encode(), 0)
+        producer.batch.append(b"", 0, prefix + str(i).encode(), 0, 64)
     assert producer.seal() is not None
 
 
@@ -338,7 +338,7 @@ def test_receipts_after_reconnect_match_the_resent_batches() -> None:
 def test_batch_larger_than_the_frame_limit_is_rejected_not_sent() -> None:
     producer = make_producer()
     add_batch(producer, 1, prefix=b"s")
-    producer.batch.append(b"", 0, b"x" * 5000, 0)
+    producer.batch.append(b"", 0, b"x" * 5000, 0, 64)
     producer.seal()
     add_batch(producer, 2, prefix=b"t")
     big = producer.pending[1]
@@ -353,7 +353,7 @@ def test_batch_larger_than_the_frame_limit_is_rejected_not_sent() -> None:
 
 def test_batch_exactly_at_the_frame_limit_is_sent() -> None:
     producer = make_producer()
-    producer.batch.append(b"", 0, b"x" * 100, 0)
+    producer.batch.append(b"", 0, b"x" * 100, 0, 64)
     producer.seal()
     size = len(producer.pending[0].payload)
     producer.on_registered("p-1", -1)
@@ -385,8 +385,8 @@ def test_reject_head_with_nothing_in_flight_does_nothing() -> None:
 def test_take_all_returns_pending_and_open_batches() -> None:
     producer = sent_producer(2, 3)
     add_batch(producer, 1)  # sealed, not yet sent
-    producer.batch.append(b"", 0, b"open", 0)
-    producer.batch.append(b"", 0, b"open", 0)
+    producer.batch.append(b"", 0, b"open", 0, 64)
+    producer.batch.append(b"", 0, b"open", 0, 64)
     assert producer.buffered_messages == 2 + 3 + 1 + 2
     batches = producer.take_all()
     assert [b.count for b in batches] == [2, 3, 1, 2]
@@ -404,7 +404,7 @@ def test_take_all_on_an_idle_producer_is_empty() -> None:
 def test_buffered_messages_counts_open_and_pending(count: int) -> None:
     producer = make_producer()
     for _ in range(count):
-        producer.batch.append(b"", 0, b"v", 0)
+        producer.batch.append(b"", 0, b"v", 0, 64)
     assert producer.buffered_messages == count
     producer.seal()
     assert producer.buffered_messages == count

@@ -24,7 +24,7 @@ def index_of(topic: Topic, producer: PartitionProducer) -> int:
 
 def fill_and_seal(producer: PartitionProducer) -> None:
     """One message into the chosen producer's batch, then seal it (a batch boundary)."""
-    producer.batch.append(b"", 0, b"value", 0)
+    producer.batch.append(b"", 0, b"value", 0, 64)
     producer.seal()
 
 
@@ -98,10 +98,10 @@ def test_partition_key_only_the_one_ready_partition_takes_everything() -> None:
 def test_any_partition_stays_on_one_partition_within_a_batch() -> None:
     topic = make_topic(4)
     first = topic.choose_any()
-    first.batch.append(b"", 0, b"v", 0)
+    first.batch.append(b"", 0, b"v", 0, 64)
     for _ in range(10):
         assert topic.choose_any() is first
-        first.batch.append(b"", 0, b"v", 0)
+        first.batch.append(b"", 0, b"v", 0, 64)
 
 
 def test_any_partition_switches_once_per_batch() -> None:
@@ -126,7 +126,7 @@ def test_any_partition_skips_not_ready_partitions() -> None:
 def test_any_partition_leaves_a_partition_that_stopped_being_ready() -> None:
     topic = make_topic(4)
     current = topic.choose_any()
-    current.batch.append(b"", 0, b"v", 0)  # open batch on partition 0
+    current.batch.append(b"", 0, b"v", 0, 64)  # open batch on partition 0
     current.ready = False
     following = topic.choose_any()
     assert following is not current

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import base64
 import struct
-from dataclasses import dataclass
 
 from pulsar_bruce.batch.compression import decompress
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import decode_frame_body
-from pulsar_bruce.route.confirmation import Confirmation, TagRun, add_tag, split_tags
+from pulsar_bruce.model.batch import SealedBatch
+from pulsar_bruce.model.confirmation import Confirmation, TagRun, add_tag, split_tags
 
 _U32 = struct.Struct(">I")
 
@@ -58,49 +58,26 @@ _PAYLOAD_SIZE_TABLE = 4096
 _PAYLOAD_SIZE_FIELDS = tuple(_TAG_PAYLOAD_SIZE + varint(n) for n in range(_PAYLOAD_SIZE_TABLE))
 
 
-@dataclass(slots=True, eq=False)
-class SealedBatch:
-    """A closed batch waiting for its receipt.
-
-    Until it is first sent, ``payload`` is the uncompressed run of entries (so
-    a batch too large for the broker can still be split); at first send it is
-    compressed, given its sequence ids and framed, and the frame is kept for
-    resends.
-    """
-
-    count: int
-    payload: bytes
-    #: Bytes charged against ``--buffer-max-bytes`` until the batch is acked or discarded.
-    buffer_bytes: int
-    sequence_id: int = -1
-    #: Which messages came from stream connections awaiting confirmation (None: none did).
-    tags: list[TagRun] | None = None
-    frame: bytes = b""
-    #: Set by the I/O edge: when the batch was sealed and last written (monotonic seconds).
-    created_at: float = 0.0
-    sent_at: float = 0.0
-    send_attempts: int = 0
-
-    @property
-    def highest_sequence_id(self) -> int:
-        return self.sequence_id + self.count - 1
-
-
 class BatchBuilder:
     """The open batch of one partition."""
 
-    __slots__ = ("_event_time", "_event_time_field", "buffer", "count", "tags")
+    __slots__ = ("_event_time", "_event_time_field", "buffer", "charged", "count", "tags")
 
     def __init__(self) -> None:
         self.buffer = bytearray()
         self.count = 0
+        #: Memory charged for the messages in the batch (the sum of their charges).
+        self.charged = 0
         #: Run-length confirmation tags, allocated by the first stream message only.
         self.tags: list[TagRun] | None = None
         self._event_time = 0
         self._event_time_field = b""
 
-    def append(self, key_field: bytes, timestamp: int, data: bytes, value_offset: int) -> int:
-        """Add ``data[value_offset:]`` as a message; returns the bytes the batch grew by.
+    def append(
+        self, key_field: bytes, timestamp: int, data: bytes, value_offset: int, charge: int
+    ) -> int:
+        """Add ``data[value_offset:]`` as a message charged ``charge`` bytes of memory;
+        returns the bytes the batch grew by (at most ``charge``).
 
         ``key_field`` comes from :func:`encode_key_field`; ``timestamp`` 0 (or
         negative) means no event time.
@@ -122,22 +99,17 @@ class BatchBuilder:
         buffer += _U32.pack(len(metadata)) + metadata
         buffer += data[value_offset:] if payload_size < 4096 else memoryview(data)[value_offset:]
         self.count += 1
+        self.charged += charge
         return 4 + len(metadata) + payload_size
-
-    #: Upper bound of what one message adds besides its key field and value.
-    ENTRY_OVERHEAD = 4 + 1 + 5 + 11
-
-    @staticmethod
-    def entry_size(key_field: bytes, value_size: int) -> int:
-        """Upper bound of the bytes one message adds (for limit checks before appending)."""
-        return len(key_field) + value_size + BatchBuilder.ENTRY_OVERHEAD
 
     def seal(self) -> SealedBatch:
         """Close the batch and reset for the next one (compression happens at first send)."""
-        raw = bytes(self.buffer)
-        batch = SealedBatch(count=self.count, payload=raw, buffer_bytes=len(raw), tags=self.tags)
+        batch = SealedBatch(
+            count=self.count, payload=bytes(self.buffer), buffer_bytes=self.charged, tags=self.tags
+        )
         self.buffer = bytearray()
         self.count = 0
+        self.charged = 0
         self.tags = None
         return batch
 
@@ -162,15 +134,22 @@ def entry_offsets(raw: bytes) -> list[int]:
 
 
 def split_batch(batch: SealedBatch) -> tuple[SealedBatch, SealedBatch]:
-    """Two halves (by message) of an unsent, uncompressed batch of two or more messages."""
+    """Two halves (by message) of an unsent, uncompressed batch of two or more messages.
+
+    The memory charge is split so that the halves add up to the whole exactly.
+    """
     raw = batch.payload
     offsets = entry_offsets(raw)
     half = len(offsets) // 2
     cut = offsets[half]
     first_tags, rest_tags = split_tags(batch.tags, half) if batch.tags else (None, None)
-    first = SealedBatch(count=half, payload=raw[:cut], buffer_bytes=cut, tags=first_tags)
+    first_charge = cut + (batch.buffer_bytes - len(raw)) * half // len(offsets)
+    first = SealedBatch(count=half, payload=raw[:cut], buffer_bytes=first_charge, tags=first_tags)
     rest = SealedBatch(
-        count=len(offsets) - half, payload=raw[cut:], buffer_bytes=len(raw) - cut, tags=rest_tags
+        count=len(offsets) - half,
+        payload=raw[cut:],
+        buffer_bytes=batch.buffer_bytes - first_charge,
+        tags=rest_tags,
     )
     first.created_at = rest.created_at = batch.created_at  # the send timeout still applies
     return first, rest

@@ -1,7 +1,7 @@
 """The UNIX datagram socket: creation, and draining it on every wake-up.
 
 Per datagram the reader does one ``recv_into`` into a preallocated buffer,
-one copy of the bytes actually received, and one call into the forwarder.
+one copy of the bytes actually received, and one call into the intake.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class DatagramReader:
     def __init__(
         self,
         sock: socket.socket,
-        handle: Callable[[bytes], None],
+        handle: Callable[[bytes], object],
         after_drain: Callable[[], None],
         max_datagram_bytes: int,
     ):

@@ -1,6 +1,6 @@
 """The stream socket's asyncio edge: accept connections, read records, answer flushes.
 
-Backpressure: when the forwarder has no room for a record, the connection
+Backpressure: when the intake has no room for a record, the connection
 stops reading (the sender's writes block in the kernel) and the record is
 offered again a little later; nothing is discarded for lack of memory.
 """
@@ -15,10 +15,11 @@ import socket
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from pulsar_bruce.input.socket_reader import SocketInUseError
 from pulsar_bruce.input.stream_session import FramingError, StreamSession
-from pulsar_bruce.route.forwarder import Forwarder
+from pulsar_bruce.model.confirmation import Confirmation
 
 log = logging.getLogger(__name__)
 
@@ -28,14 +29,23 @@ _RETRY_S = 0.005
 _FRAMING_SLACK = 4
 
 
+class StreamIntake(Protocol):
+    """Where stream records go (the route layer's intake)."""
+
+    @property
+    def max_message_bytes(self) -> int: ...
+
+    def admit(self, data: bytes, confirmation: Confirmation | None = None) -> bool: ...
+
+
 class StreamConnection(asyncio.Protocol):
     """One client connection."""
 
-    def __init__(self, forwarder: Forwarder, after_records: Callable[[], None]):
-        self.forwarder = forwarder
+    def __init__(self, intake: StreamIntake, after_records: Callable[[], None]):
+        self.intake = intake
         self._after_records = after_records
         self.session = StreamSession(
-            max(forwarder.max_message_bytes * _FRAMING_SLACK, 1 << 20), self._settled
+            max(intake.max_message_bytes * _FRAMING_SLACK, 1 << 20), self._settled
         )
         self.transport: asyncio.Transport | None = None
         self._closed = False
@@ -70,12 +80,12 @@ class StreamConnection(asyncio.Protocol):
         if self._closed:
             return
         session = self.session
-        forwarder = self.forwarder
+        admit = self.intake.admit
         try:
             while (record := session.peek_record()) is not None:
                 if session.is_flush_request(record):
                     session.flush_request(record)
-                elif not forwarder.handle_stream_record(record, session.current):
+                elif not admit(record, session.current):
                     self._pause()
                     break
                 session.consume(record)
@@ -115,18 +125,18 @@ class StreamServer:
     """Listens on the stream socket path."""
 
     def __init__(
-        self, path: str, mode: int, forwarder: Forwarder, after_records: Callable[[], None]
+        self, path: str, mode: int, intake: StreamIntake, after_records: Callable[[], None]
     ):
         self.path = path
         self.mode = mode
-        self.forwarder = forwarder
+        self.intake = intake
         self._after_records = after_records
         self._server: asyncio.AbstractServer | None = None
         self._activated = False
         self._connections: weakref.WeakSet[StreamConnection] = weakref.WeakSet()
 
     def _connection(self) -> StreamConnection:
-        connection = StreamConnection(self.forwarder, self._after_records)
+        connection = StreamConnection(self.intake, self._after_records)
         self._connections.add(connection)
         return connection
 

@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final
 
-from pulsar_bruce.route.confirmation import Confirmation
+from pulsar_bruce.model.confirmation import Confirmation
 
 API_KEY_FLUSH_REQUEST: Final = 258
 API_KEY_FLUSH_RESPONSE: Final = 259

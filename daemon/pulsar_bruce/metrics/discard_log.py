@@ -15,8 +15,9 @@ import logging.handlers
 import struct
 import time
 
-from pulsar_bruce.batch.batch_builder import SealedBatch, batch_entries_of
+from pulsar_bruce.batch.batch_builder import batch_entries_of
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
+from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.parse.datagram import parse_datagram
 
 _U32 = struct.Struct(">I")

@@ -1,19 +1,20 @@
 """Prometheus exposition of the daemon's counters.
 
-The hot path only bumps plain ints in :class:`Stats`; a custom collector turns
-them into metric families when ``/metrics`` is scraped (on the event loop, so
-a scrape never sees a half-processed datagram).  Per-topic families are capped
+The hot path only bumps plain ints in the :class:`~pulsar_bruce.model.ledger.Ledger`;
+a custom collector turns them into metric families when ``/metrics`` is scraped (on
+the event loop, so a scrape never sees a half-processed datagram).  Per-topic families are capped
 at ``topic_label_limit`` topics to keep label cardinality bounded.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from pulsar_bruce.metrics.stats import Stats
+from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.route.router import Topic
 
 PREFIX = "pulsar_bruce"
@@ -26,13 +27,16 @@ class Metrics:
 
     def __init__(
         self,
-        stats: Stats,
+        ledger: Ledger,
         topics: Callable[[], Iterable[Topic]],
         connections: Callable[[], int],
+        spool: Callable[[], SpoolGauges] = lambda: SpoolGauges(0, 0),
         topic_label_limit: int = 100,
     ):
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_StatsCollector(stats, topics, connections, topic_label_limit))
+        self.registry.register(
+            _LedgerCollector(ledger, topics, connections, spool, topic_label_limit)
+        )
         self.batch_messages = Histogram(
             f"{PREFIX}_batch_messages",
             "Messages per batch sent to a broker",
@@ -46,22 +50,40 @@ class Metrics:
             registry=self.registry,
         )
 
+    # -- BatchObserver (pulsar_bruce.route.outcomes) --------------------------------------
 
-class _StatsCollector:
+    def batch_sent(self, messages: int) -> None:
+        self.batch_messages.observe(messages)
+
+    def receipt_latency(self, seconds: float) -> None:
+        self.send_latency.observe(seconds)
+
+
+class SpoolGauges(NamedTuple):
+    """What the disk spool reports at scrape time."""
+
+    bytes: int
+    corrupt_records: int
+
+
+class _LedgerCollector:
     def __init__(
         self,
-        stats: Stats,
+        ledger: Ledger,
         topics: Callable[[], Iterable[Topic]],
         connections: Callable[[], int],
+        spool: Callable[[], SpoolGauges],
         topic_label_limit: int,
     ):
-        self._stats = stats
+        self._ledger = ledger
         self._topics = topics
         self._connections = connections
+        self._spool = spool
         self._limit = topic_label_limit
 
     def collect(self) -> Iterator[Metric]:
-        s = self._stats
+        s = self._ledger
+        spool = self._spool()
         yield _counter("received", "Datagrams read from the socket(s), valid or not", s.received)
         yield _counter("acked", "Messages the broker confirmed with a SendReceipt", s.acked)
         discarded = CounterMetricFamily(
@@ -87,11 +109,11 @@ class _StatsCollector:
             "Messages this process wrote to the disk spool, not yet replayed",
             s.spooled_messages,
         )
-        yield _gauge("spool_bytes", "Bytes in the disk spool", s.spool_bytes)
+        yield _gauge("spool_bytes", "Bytes in the disk spool", spool.bytes)
         yield _counter(
             "spool_corrupt_records",
             "Spool records found torn or corrupt and skipped",
-            s.spool_corrupt_records,
+            spool.corrupt_records,
         )
         yield _gauge(
             "broker_connections", "Open, handshaken broker connections", self._connections()

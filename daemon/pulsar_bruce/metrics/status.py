@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from pulsar_bruce import __version__
-from pulsar_bruce.metrics.stats import Stats
+from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.route.router import Topic
 
 #: Topics listed in ``/status``, busiest (most buffered) first.
@@ -24,7 +24,7 @@ def status_document(
     started_at: float,
     socket: str,
     service_url: str,
-    stats: Stats,
+    stats: Ledger,
     topics: Iterable[Topic],
     connections: Iterable[str],
     recent_rejects: Iterable[tuple[str, bytes]],

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
 
 from pulsar_bruce import reasons
 from pulsar_bruce.connection.broker_connection import (
@@ -25,26 +24,12 @@ from pulsar_bruce.connection.pool import ConnectionPool, TopicLookupError
 from pulsar_bruce.frame import commands
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import FrameError, decode_frame_body
-from pulsar_bruce.metrics.registry import Metrics
 from pulsar_bruce.producer.backoff import Backoff
+from pulsar_bruce.producer.delivery import DeliveryListener, DeliveryPolicy
 from pulsar_bruce.producer.faults import error_name, is_permanent
 from pulsar_bruce.producer.partition_producer import PartitionProducer, ReceiptMatch
-from pulsar_bruce.route.forwarder import Forwarder
-from pulsar_bruce.route.router import Topic
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class DeliveryPolicy:
-    """How long and how often a batch is tried before it is given up."""
-
-    #: A batch unconfirmed this long makes us drop the connection and resend.
-    receipt_timeout_s: float = 30.0
-    #: A batch not acked this long after it was sealed is discarded (0: never).
-    send_timeout_s: float = 30.0
-    #: A batch already written this many times is not written again (0: no limit).
-    max_send_attempts: int = 10
 
 
 class ProducerDriver:
@@ -53,17 +38,13 @@ class ProducerDriver:
     def __init__(
         self,
         producer: PartitionProducer,
-        topic: Topic,
         pool: ConnectionPool,
-        forwarder: Forwarder,
-        metrics: Metrics,
+        listener: DeliveryListener,
         delivery: DeliveryPolicy | None = None,
     ):
         self.producer = producer
-        self.topic = topic
         self.pool = pool
-        self.forwarder = forwarder
-        self.metrics = metrics
+        self.listener = listener
         self.connection: BrokerConnection | None = None
         self._lost = asyncio.Event()
         self._linger: asyncio.TimerHandle | None = None
@@ -214,19 +195,11 @@ class ProducerDriver:
                 reason,
                 connection.core.max_message_size,
             )
-            self.forwarder.discard_batch(self.topic, batch, reason)
-        stats = self.forwarder.stats
-        stats.possible_duplicates += out.resent_messages
-        stats.batches_sent += len(out.frames)
+            self.listener.batch_discarded(batch, reason)
         now = time.monotonic()
-        observe_batch = self.metrics.batch_messages.observe
-        discard_log = self.forwarder.discard_log
         for batch in out.batches:
             batch.sent_at = now
-            if batch.send_attempts == 1:
-                observe_batch(batch.count)
-            elif discard_log is not None:
-                discard_log.batch("possible_duplicate", self.topic.name, batch)
+        self.listener.batches_sent(out.batches, out.resent_messages)
         connection.writelines(out.frames)
         if self._receipt_check is None and self.producer.in_flight:
             self._receipt_check = self._loop.call_later(
@@ -256,7 +229,7 @@ class ProducerDriver:
         if expired:
             count = sum(batch.count for batch in expired)
             for batch in expired:
-                self.forwarder.discard_batch(self.topic, batch, reasons.SEND_TIMEOUT)
+                self.listener.batch_discarded(batch, reasons.SEND_TIMEOUT)
             log.warning(
                 "%s: %d messages not acked within %.0f s; discarded as send_timeout",
                 self.producer.topic,
@@ -283,7 +256,7 @@ class ProducerDriver:
 
     def _discard_all(self, reason: str) -> None:
         for batch in self.producer.take_all():
-            self.forwarder.discard_batch(self.topic, batch, reason)
+            self.listener.batch_discarded(batch, reason)
 
     def _check_receipts(self) -> None:
         """A receipt overdue by ``receipt_timeout_s`` means the connection is not trustworthy:
@@ -307,8 +280,7 @@ class ProducerDriver:
     def on_receipt(self, receipt: pb.CommandSendReceipt) -> None:
         match, batch = self.producer.on_receipt(receipt.sequence_id)
         if batch is not None:
-            self.forwarder.on_acked(self.topic, batch)
-            self.metrics.send_latency.observe(time.monotonic() - batch.sent_at)
+            self.listener.batch_acked(batch, time.monotonic() - batch.sent_at)
         elif match is ReceiptMatch.MISMATCH and self.connection is not None:
             self.connection.abort(
                 f"receipt for sequence id {receipt.sequence_id} of {self.producer.topic} "
@@ -328,7 +300,7 @@ class ProducerDriver:
         ):
             rejected = self.producer.reject_head(error.sequence_id)
         if rejected is not None:
-            self.forwarder.discard_batch(self.topic, rejected, reasons.BROKER_REJECTED)
+            self.listener.batch_discarded(rejected, reasons.BROKER_REJECTED)
         log.warning(
             "send error on %s (sequence id %d): %s %s; %s",
             self.producer.topic,

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from pulsar_bruce import reasons
-from pulsar_bruce.batch.batch_builder import BatchBuilder, SealedBatch, split_batch
+from pulsar_bruce.batch.batch_builder import BatchBuilder, split_batch
 from pulsar_bruce.batch.compression import Compressor
 from pulsar_bruce.frame import commands
 from pulsar_bruce.frame.codec import DEFAULT_MAX_MESSAGE_SIZE
+from pulsar_bruce.model.batch import SealedBatch
 
 #: Bytes a Send frame adds around the batch payload (command + metadata), generously.
 SEND_FRAME_OVERHEAD = 1024

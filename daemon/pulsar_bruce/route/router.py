@@ -9,14 +9,25 @@ ready.  When no partition is ready, messages wait on the first choice.
 
 from __future__ import annotations
 
-from pulsar_bruce.batch.batch_builder import SealedBatch
-from pulsar_bruce.metrics.stats import TopicStats
-from pulsar_bruce.producer.partition_producer import PartitionProducer
-from pulsar_bruce.route.confirmation import Confirmation
+from typing import NamedTuple
 
-#: A message waiting for the topic's partition count: (key field, timestamp, datagram,
-#: value offset, partition key or -1, stream confirmation or None).
-Unrouted = tuple[bytes, int, bytes, int, int, Confirmation | None]
+from pulsar_bruce.model.batch import SealedBatch
+from pulsar_bruce.model.confirmation import Confirmation
+from pulsar_bruce.model.ledger import TopicCounters
+from pulsar_bruce.producer.partition_producer import PartitionProducer
+
+
+class WaitingMessage(NamedTuple):
+    """A message accepted before its topic's partition count was known."""
+
+    key_field: bytes
+    timestamp: int
+    data: bytes
+    value_offset: int
+    #: The PartitionKey, or -1 for AnyPartition.
+    partition_key: int
+    charge: int
+    confirmation: Confirmation | None
 
 
 class Topic:
@@ -40,10 +51,10 @@ class Topic:
         self.producers: list[PartitionProducer] = []
         self.partitioned = False
         #: Messages that arrived before the partition count was known.
-        self.unrouted: list[Unrouted] = []
+        self.unrouted: list[WaitingMessage] = []
         #: Batches back from the spool before the partition count was known: (partition, batch).
         self.unrouted_batches: list[tuple[int, SealedBatch]] = []
-        self.stats = TopicStats()
+        self.stats = TopicCounters()
         #: Per-topic limits, set by the edge from the configuration.
         self.max_message_bytes = 1 << 62
         #: Messages still allowed in the current rate-limit interval; ``None``: no limit.

@@ -1,0 +1,36 @@
+"""A sealed batch: the unit that is compressed, framed, sent, acked, discarded or spooled."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pulsar_bruce.model.confirmation import TagRun
+
+
+@dataclass(slots=True, eq=False)
+class SealedBatch:
+    """A closed batch waiting for its receipt.
+
+    Until it is first sent, ``payload`` is the uncompressed run of entries (so
+    a batch too large for the broker can still be split); at first send it is
+    compressed, given its sequence ids and framed, and the frame is kept for
+    resends.
+    """
+
+    count: int
+    payload: bytes
+    #: Memory charged against ``--buffer-max-bytes`` until the batch is acked or discarded
+    #: (the sum of its messages' charges, see :func:`pulsar_bruce.model.ledger.memory_charge`).
+    buffer_bytes: int
+    sequence_id: int = -1
+    #: Which messages came from stream connections awaiting confirmation (None: none did).
+    tags: list[TagRun] | None = None
+    frame: bytes = b""
+    #: Set by the I/O edge: when the batch was sealed and last written (monotonic seconds).
+    created_at: float = 0.0
+    sent_at: float = 0.0
+    send_attempts: int = 0
+
+    @property
+    def highest_sequence_id(self) -> int:
+        return self.sequence_id + self.count - 1

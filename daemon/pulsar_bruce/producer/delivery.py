@@ -1,0 +1,38 @@
+"""How the producer layer reports what became of batches, without knowing who listens.
+
+The route layer implements :class:`DeliveryListener` (one per topic) to keep
+the ledger, confirmations and discard evidence; the producer layer only calls
+it, so it never imports anything above itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from pulsar_bruce.model.batch import SealedBatch
+
+
+class DeliveryListener(Protocol):
+    """Outcomes of one topic's batches, reported once per batch."""
+
+    def batches_sent(self, batches: list[SealedBatch], resent_messages: int) -> None:
+        """``batches`` were written to a broker; ``resent_messages`` had been written before."""
+
+    def batch_acked(self, batch: SealedBatch, latency_s: float) -> None:
+        """The broker confirmed ``batch``, ``latency_s`` after it was last written."""
+
+    def batch_discarded(self, batch: SealedBatch, reason: str) -> None:
+        """``batch`` is given up for ``reason``."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryPolicy:
+    """How long and how often a batch is tried before it is given up."""
+
+    #: A batch unconfirmed this long makes us drop the connection and resend.
+    receipt_timeout_s: float = 30.0
+    #: A batch not acked this long after it was sealed is discarded (0: never).
+    send_timeout_s: float = 30.0
+    #: A batch already written this many times is not written again (0: no limit).
+    max_send_attempts: int = 10

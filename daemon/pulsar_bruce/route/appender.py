@@ -1,0 +1,82 @@
+"""Appending routed messages to their partition's open batch, sans-IO.
+
+Shared by the intake (each new message) and the topic manager (messages that
+waited for their topic's partition count).  Sealing and the first message of
+a batch are reported to the edge through :class:`BatchEvents`, once per batch.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pulsar_bruce.model.batch import SealedBatch
+from pulsar_bruce.model.confirmation import Confirmation
+from pulsar_bruce.producer.partition_producer import PartitionProducer
+from pulsar_bruce.route.router import Topic
+
+
+class BatchEvents(Protocol):
+    """Callbacks into the I/O edge, once per batch."""
+
+    def batch_opened(self, producer: PartitionProducer) -> None:
+        """The first message went into an empty batch: arm its linger timer."""
+
+    def batch_sealed(self, producer: PartitionProducer) -> None:
+        """A batch was sealed (full, or queued from the spool): write it out soon."""
+
+
+class Appender:
+    """Puts messages and spooled batches into producers' batches and queues."""
+
+    def __init__(self, events: BatchEvents):
+        self.events = events
+
+    def append(
+        self,
+        producer: PartitionProducer,
+        key_field: bytes,
+        timestamp: int,
+        data: bytes,
+        value_offset: int,
+        charge: int,
+        confirmation: Confirmation | None,
+    ) -> None:
+        """Append one message to ``producer``'s open batch, sealing it when full."""
+        batch = producer.batch
+        if batch.count and batch.charged + charge > producer.max_batch_bytes:
+            producer.seal()
+            self.events.batch_sealed(producer)
+        batch.append(key_field, timestamp, data, value_offset, charge)
+        if confirmation is not None or batch.tags is not None:
+            batch.tag_last(confirmation)
+        if batch.count == 1:
+            self.events.batch_opened(producer)
+        if batch.count >= producer.policy.max_messages or batch.charged >= producer.max_batch_bytes:
+            producer.seal()
+            self.events.batch_sealed(producer)
+
+    def queue_sealed(self, topic: Topic, partition: int, batch: SealedBatch) -> None:
+        """A batch back from the spool goes to its partition (or any, if that is gone)."""
+        producers = topic.producers
+        producer = producers[partition] if 0 <= partition < len(producers) else topic.choose_any()
+        producer.pending.append(batch)
+        self.events.batch_sealed(producer)
+
+    def route_waiting(self, topic: Topic) -> None:
+        """``topic`` has producers now: queue its spooled batches, route its waiting messages."""
+        spooled, topic.unrouted_batches = topic.unrouted_batches, []
+        for partition, batch in spooled:
+            self.queue_sealed(topic, partition, batch)
+        waiting, topic.unrouted = topic.unrouted, []
+        for message in waiting:
+            key = message.partition_key
+            producer = topic.choose_any() if key < 0 else topic.choose_keyed(key)
+            self.append(
+                producer,
+                message.key_field,
+                message.timestamp,
+                message.data,
+                message.value_offset,
+                message.charge,
+                message.confirmation,
+            )

@@ -1,0 +1,167 @@
+"""The one admission path for every message, sans-IO.
+
+:meth:`Intake.admit` runs once per datagram and once per stream record, with
+the same steps in the same order: validate, find the topic, check its size and
+rate limits, ask the spool policy for memory (or disk), route, append to the
+partition's open batch.  Each step ends in the ledger: accepted, spilled or
+discarded with a reason.  A stream record that finds no memory is not counted
+at all: the stream edge offers it again later (backpressure, never the spool).
+
+Work that needs I/O or a clock (a new topic's partition count, linger timers,
+writing sealed batches) is handed to the edge by the topic registry and the
+:class:`~pulsar_bruce.route.appender.Appender`, once per topic or per batch,
+never per message.
+"""
+
+from __future__ import annotations
+
+from pulsar_bruce import reasons
+from pulsar_bruce.batch.batch_builder import encode_key_field
+from pulsar_bruce.model.batch import SealedBatch
+from pulsar_bruce.model.confirmation import Confirmation
+from pulsar_bruce.model.ledger import Ledger, memory_charge
+from pulsar_bruce.parse.datagram import parse_datagram
+from pulsar_bruce.route.appender import Appender
+from pulsar_bruce.route.outcomes import Outcomes
+from pulsar_bruce.route.router import Topic, WaitingMessage
+from pulsar_bruce.route.topics import TopicRegistry
+from pulsar_bruce.spool.policy import SpoolPolicy
+from pulsar_bruce.spool.records import SpooledBatch
+
+
+class Intake:
+    """Admits messages into their partitions' batches; replays spooled ones."""
+
+    def __init__(
+        self,
+        topics: TopicRegistry,
+        appender: Appender,
+        ledger: Ledger,
+        policy: SpoolPolicy,
+        outcomes: Outcomes,
+        *,
+        max_message_bytes: int,
+    ):
+        self.topics = topics
+        self.appender = appender
+        self._append = appender.append
+        self.ledger = ledger
+        self.policy = policy
+        self.outcomes = outcomes
+        #: The largest message any topic takes (the socket reader's buffer size).
+        self.max_message_bytes = max_message_bytes
+
+    # -- the hot path -------------------------------------------------------------
+
+    def admit(self, data: bytes, tag: Confirmation | None = None) -> bool:
+        """Take one message: a datagram, or a stream record ``tag``-ged with its confirmation.
+
+        Returns False, having counted nothing, only for a stream record when
+        memory cannot take it now; every other message is counted once, as
+        accepted, spilled or discarded.
+        """
+        if len(data) > self.max_message_bytes:
+            return self._reject(reasons.TOO_LARGE, data, tag)
+        parsed = parse_datagram(data)
+        if isinstance(parsed, str):
+            return self._reject(parsed, data, tag)
+        topic_bytes, partition_key, timestamp, key, value_offset = parsed
+        topic = self.topics.by_bytes.get(topic_bytes) or self.topics.add(topic_bytes)
+        if topic is None:
+            return self._reject(reasons.BAD_TOPIC, data, tag)
+        if len(data) > topic.max_message_bytes:
+            return self._reject(reasons.TOO_LARGE, data, tag, topic)
+        budget = topic.rate_budget
+        if budget is not None and budget <= 0:
+            return self._reject(reasons.RATE_LIMITED, data, tag, topic)
+        key_field = encode_key_field(key) if key else b""
+        charge = memory_charge(key_field, len(data) - value_offset)
+        if self.policy.room_for(charge):
+            self.ledger.accept(charge)
+            if tag is not None:
+                tag.outstanding += 1
+            if topic.producers:
+                producer = (
+                    topic.choose_any() if partition_key < 0 else topic.choose_keyed(partition_key)
+                )
+                self._append(producer, key_field, timestamp, data, value_offset, charge, tag)
+            else:  # waits for the partition count
+                waiting = (key_field, timestamp, data, value_offset, partition_key, charge, tag)
+                topic.unrouted.append(WaitingMessage(*waiting))
+        elif tag is not None:
+            return False  # backpressure: the stream edge offers it again later
+        elif self.policy.hold(data):
+            self.ledger.spill()
+        else:
+            return self._reject(reasons.BUFFER_FULL, data, None, topic)
+        if budget is not None:
+            topic.rate_budget = budget - 1
+        return True
+
+    def _reject(
+        self,
+        reason: str,
+        data: bytes,
+        confirmation: Confirmation | None,
+        topic: Topic | None = None,
+    ) -> bool:
+        """A message refused at the door: counted, sampled, told to its stream client."""
+        self.ledger.reject(reason, topic.stats if topic is not None else None)
+        if confirmation is not None:
+            confirmation.discard(reason)
+        self.outcomes.refused(reason, data, sample=topic is None)
+        return True
+
+    # -- the spool (Replayer) ----------------------------------------------------------------
+
+    def replay_datagram(self, data: bytes, *, previous_run: bool) -> None:
+        """A datagram back from the spool, into memory whatever the policy says now.
+
+        One spooled by this run is already counted (received, buffered); one from
+        an earlier run is received now.  The rate limit was applied when it came in.
+        """
+        ledger = self.ledger
+        parsed = parse_datagram(data)
+        topic = None if isinstance(parsed, str) else self.topics.lookup(parsed[0])
+        if isinstance(parsed, str) or topic is None:
+            reason = parsed if isinstance(parsed, str) else reasons.BAD_TOPIC
+            if previous_run:
+                ledger.reject(reason)
+            else:
+                ledger.discard_spilled(reason, 1)
+            self.outcomes.refused(reason, data, sample=True)
+            return
+        _, partition_key, timestamp, key, value_offset = parsed
+        key_field = encode_key_field(key) if key else b""
+        charge = memory_charge(key_field, len(data) - value_offset)
+        if previous_run:
+            ledger.readmit(1, charge)
+        else:
+            ledger.unspill(charge)
+        if len(data) > topic.max_message_bytes:  # the topic's limit was lowered meanwhile
+            ledger.discard(reasons.TOO_LARGE, 1, charge, topic.stats)
+            self.outcomes.refused(reasons.TOO_LARGE, data, sample=False)
+            return
+        if not topic.producers:
+            waiting = (key_field, timestamp, data, value_offset, partition_key, charge, None)
+            topic.unrouted.append(WaitingMessage(*waiting))
+            return
+        producer = topic.choose_any() if partition_key < 0 else topic.choose_keyed(partition_key)
+        self._append(producer, key_field, timestamp, data, value_offset, charge, None)
+
+    def replay_batch(self, spooled: SpooledBatch) -> None:
+        """A batch an earlier run wrote to the spool at shutdown: received (again) now."""
+        topic = self.topics.lookup(spooled.topic.encode())
+        charge = len(spooled.entries)
+        if topic is None:
+            self.ledger.readmit(spooled.count, charge)
+            self.ledger.discard(reasons.BAD_TOPIC, spooled.count, charge, None)
+            return
+        batch = SealedBatch(count=spooled.count, payload=spooled.entries, buffer_bytes=charge)
+        self.ledger.readmit(spooled.count, charge)
+        if spooled.sequence_id >= 0:  # it had been sent: the broker may have it already
+            self.ledger.possible_duplicate(spooled.count)
+        if topic.producers:
+            self.appender.queue_sealed(topic, spooled.partition, batch)
+        else:
+            topic.unrouted_batches.append((spooled.partition, batch))

@@ -1,0 +1,191 @@
+"""Where every message's end is recorded: the ledger, stream confirmations, evidence.
+
+:class:`TopicDelivery` is the producer layer's :class:`DeliveryListener` for one
+topic.  Evidence (the optional discard log) and batch observations (metrics
+histograms) come in through small protocols, so this layer names neither.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Iterable
+from typing import Protocol
+
+from pulsar_bruce.batch.batch_builder import batch_entries_of
+from pulsar_bruce.model.batch import SealedBatch
+from pulsar_bruce.model.confirmation import settle_tags
+from pulsar_bruce.model.ledger import Ledger
+from pulsar_bruce.route.router import Topic
+from pulsar_bruce.spool import records as spool_records
+
+log = logging.getLogger(__name__)
+
+REJECT_SAMPLES = 10
+REJECT_SAMPLE_BYTES = 64
+
+
+class Evidence(Protocol):
+    """A record of each message given up or possibly duplicated (``--discard-log``)."""
+
+    def datagram(self, reason: str, data: bytes) -> None: ...
+
+    def batch(self, reason: str, topic: str, batch: SealedBatch) -> None: ...
+
+
+class BatchObserver(Protocol):
+    """Per-batch observations for metrics."""
+
+    def batch_sent(self, messages: int) -> None: ...
+
+    def receipt_latency(self, seconds: float) -> None: ...
+
+
+class Outcomes:
+    """Records acks and discards of buffered messages, and refusals at the door."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        evidence: Evidence | None = None,
+        observer: BatchObserver | None = None,
+    ):
+        self.ledger = ledger
+        self.evidence = evidence
+        self.observer = observer
+        #: The last few rejected datagrams (reason, first bytes), for ``/status``.
+        self.recent_rejects: deque[tuple[str, bytes]] = deque(maxlen=REJECT_SAMPLES)
+
+    def for_topic(self, topic: Topic) -> TopicDelivery:
+        return TopicDelivery(self, topic)
+
+    def refused(self, reason: str, data: bytes, *, sample: bool) -> None:
+        """Evidence of a message refused at the door (the ledger has counted it)."""
+        if sample:
+            self.recent_rejects.append((reason, data[:REJECT_SAMPLE_BYTES]))
+        if self.evidence is not None:
+            try:
+                self.evidence.datagram(reason, data)
+            except Exception:  # evidence is best effort; the accounting is not
+                log.exception("discard log: cannot write a %s datagram", reason)
+
+    def acked(self, topic: Topic, batch: SealedBatch) -> None:
+        if batch.tags:
+            settle_tags(batch.tags, None)
+        self.ledger.ack(topic.stats, batch.count, batch.buffer_bytes)
+
+    def discarded(self, topic: Topic, batch: SealedBatch, reason: str) -> None:
+        self.ledger.discard(reason, batch.count, batch.buffer_bytes, topic.stats)
+        if batch.tags:
+            settle_tags(batch.tags, reason)
+        self._batch_evidence(reason, topic, batch)
+
+    def _batch_evidence(self, reason: str, topic: Topic, batch: SealedBatch) -> None:
+        if self.evidence is not None:
+            try:
+                self.evidence.batch(reason, topic.name, batch)
+            except Exception:  # evidence is best effort; the accounting above is not
+                log.exception("discard log: cannot write the batch of %s", topic.name)
+
+    # -- giving up what waits ---------------------------------------------------------------
+
+    def discard_waiting(self, topic: Topic, reason: str) -> int:
+        """Give up the messages waiting for ``topic``'s partition count; returns how many."""
+        total = 0
+        for _partition, batch in topic.unrouted_batches:
+            self.discarded(topic, batch, reason)
+            total += batch.count
+        topic.unrouted_batches.clear()
+        for message in topic.unrouted:
+            self.ledger.discard(reason, 1, message.charge, topic.stats)
+            if message.confirmation is not None:
+                message.confirmation.settle(1, reason)
+            self.refused(reason, message.data, sample=False)
+            total += 1
+        topic.unrouted.clear()
+        return total
+
+    def discard_everything(self, topics: Iterable[Topic], reason: str) -> int:
+        """Shutdown: give up every buffered message; returns how many."""
+        total = 0
+        for topic in topics:
+            for producer in topic.producers:
+                for batch in producer.take_all():
+                    self.discarded(topic, batch, reason)
+                    total += batch.count
+            total += self.discard_waiting(topic, reason)
+        return total
+
+
+class TopicDelivery:
+    """The :class:`~pulsar_bruce.producer.delivery.DeliveryListener` of one topic."""
+
+    __slots__ = ("outcomes", "topic")
+
+    def __init__(self, outcomes: Outcomes, topic: Topic):
+        self.outcomes = outcomes
+        self.topic = topic
+
+    def batches_sent(self, batches: list[SealedBatch], resent_messages: int) -> None:
+        outcomes = self.outcomes
+        outcomes.ledger.sent(len(batches), resent_messages)
+        observer = outcomes.observer
+        for batch in batches:
+            if batch.send_attempts == 1:
+                if observer is not None:
+                    observer.batch_sent(batch.count)
+            elif outcomes.evidence is not None:
+                outcomes._batch_evidence("possible_duplicate", self.topic, batch)
+
+    def batch_acked(self, batch: SealedBatch, latency_s: float) -> None:
+        self.outcomes.acked(self.topic, batch)
+        if self.outcomes.observer is not None:
+            self.outcomes.observer.receipt_latency(latency_s)
+
+    def batch_discarded(self, batch: SealedBatch, reason: str) -> None:
+        self.outcomes.discarded(self.topic, batch, reason)
+
+
+def spool_records_of(topics: Iterable[Topic]) -> tuple[list[bytes], int, int]:
+    """Shutdown with a spool: every buffered message as spool records, oldest first per
+    partition, with their message count and memory charge (nothing is removed yet)."""
+    front: list[bytes] = []
+    count = charge = 0
+    for topic in topics:
+        for partition, batch in topic.unrouted_batches:
+            front.append(
+                spool_records.encode_batch(topic.name, partition, -1, batch.count, batch.payload)
+            )
+            count += batch.count
+            charge += batch.buffer_bytes
+        for producer in topic.producers:
+            producer.seal()
+            for batch in producer.pending:
+                if not batch.payload:  # already framed: take the entries out of the frame
+                    batch.payload = batch_entries_of(batch)
+                front.append(
+                    spool_records.encode_batch(
+                        topic.name,
+                        producer.partition,
+                        batch.sequence_id,
+                        batch.count,
+                        batch.payload,
+                    )
+                )
+                count += batch.count
+                charge += batch.buffer_bytes
+        for message in topic.unrouted:
+            front.append(spool_records.encode(spool_records.DATAGRAM, message.data))
+            count += 1
+            charge += message.charge
+    return front, count, charge
+
+
+def forget_buffered(topics: Iterable[Topic]) -> None:
+    """After :func:`spool_records_of` was written: memory holds none of it any more."""
+    for topic in topics:
+        topic.unrouted_batches.clear()
+        topic.unrouted.clear()
+        for producer in topic.producers:
+            producer.pending.clear()
+            producer.in_flight = 0

@@ -1,0 +1,195 @@
+"""Topics at the edge: partition discovery and growth, producers and their drivers.
+
+A topic seen for the first time gets its per-topic settings and, once its
+partition count is known (looked up with backoff), one producer and driver per
+partition; the messages that waited are routed then.  Partition counts are
+re-checked every ``metadata_refresh_s`` and producers added when a topic grows.
+Sealed batches are written once per socket drain (:meth:`flush_dirty`), not per
+message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from pulsar_bruce import reasons
+from pulsar_bruce.connection.broker_connection import ConnectionClosedError, ServerError
+from pulsar_bruce.connection.pool import ConnectionPool, TopicLookupError
+from pulsar_bruce.parse.topic import is_partition_name, partition_name
+from pulsar_bruce.producer.backoff import Backoff
+from pulsar_bruce.producer.delivery import DeliveryPolicy
+from pulsar_bruce.producer.driver import ProducerDriver
+from pulsar_bruce.producer.faults import is_permanent
+from pulsar_bruce.producer.partition_producer import PartitionProducer
+from pulsar_bruce.route.appender import Appender
+from pulsar_bruce.route.outcomes import Outcomes
+from pulsar_bruce.route.rate_limit import RateLimiter
+from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic_settings import TopicConfigurator
+from pulsar_bruce.route.topics import TopicRegistry
+
+log = logging.getLogger(__name__)
+
+#: Failures of a metadata lookup that a later try may cure.
+_LOOKUP_FAILURES = (TopicLookupError, ConnectionClosedError, ServerError, OSError, TimeoutError)
+
+
+class TopicManager:
+    """Owns the topic registry, the producers' drivers and the batches waiting to be written."""
+
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        outcomes: Outcomes,
+        settings: TopicConfigurator,
+        delivery: DeliveryPolicy,
+        *,
+        producer_name: str | None = None,
+        metadata_refresh_s: float = 0.0,
+    ):
+        self.pool = pool
+        self.outcomes = outcomes
+        self.settings = settings
+        self.delivery = delivery
+        self.producer_name = producer_name
+        self.metadata_refresh_s = metadata_refresh_s
+        self.drivers: dict[int, ProducerDriver] = {}
+        self.rate_limiter = RateLimiter(settings.refill)
+        self._dirty: set[ProducerDriver] = set()
+        self._producer_ids = itertools.count(1)
+        self._tasks: set[asyncio.Task[None]] = set()
+        #: The parts the intake shares; they report back to this manager.
+        self.appender = Appender(self)
+        self.registry = TopicRegistry(self.topic_added)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.metadata_refresh_s > 0:
+            self._spawn(self._refresh_metadata_periodically())
+
+    async def stop(self) -> None:
+        self.rate_limiter.stop()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*(driver.stop() for driver in self.drivers.values()))
+
+    def seal_all(self) -> None:
+        """Seal every open batch and write it (shutdown flush)."""
+        for topic in self.registry:
+            for producer in topic.producers:
+                if producer.seal() is not None:
+                    self.batch_sealed(producer)
+        self.flush_dirty()
+
+    # -- events from the registry and the appender ------------------------------------------
+
+    def topic_added(self, topic: Topic) -> None:
+        self.apply_settings(topic)
+        self._spawn(self._resolve_partitions(topic))
+
+    def apply_settings(self, topic: Topic) -> None:
+        """(Re)apply ``topic``'s per-topic settings, rate-limit timer included."""
+        settings = self.settings.apply(topic)
+        limited = settings.rate_limit_messages > 0
+        self.rate_limiter.schedule(topic, settings.rate_limit_interval_s if limited else None)
+
+    def batch_opened(self, producer: PartitionProducer) -> None:
+        self.drivers[producer.producer_id].arm_linger()
+
+    def batch_sealed(self, producer: PartitionProducer) -> None:
+        self._dirty.add(self.drivers[producer.producer_id])
+
+    def flush_dirty(self) -> None:
+        """After a socket drain: write the batches that filled up during it."""
+        if self._dirty:
+            for driver in self._dirty:
+                driver.flush()
+            self._dirty.clear()
+
+    # -- partitions -------------------------------------------------------------------------
+
+    async def _resolve_partitions(self, topic: Topic) -> None:
+        """Find the partition count (retrying with backoff) and start the producers."""
+        backoff = Backoff()
+        while True:
+            try:
+                count = await self._partition_count(topic.name)
+                break
+            except _LOOKUP_FAILURES as exc:
+                delay = backoff.next_delay()
+                dropped = 0
+                if is_permanent(getattr(exc, "error", None)):
+                    # Refused for good (no such topic, not allowed): waiting cannot help.
+                    dropped = self.outcomes.discard_waiting(topic, reasons.BROKER_REJECTED)
+                log.warning(
+                    "partition count of %s unknown (%s)%s; retrying in %.1f s",
+                    topic.name,
+                    exc or type(exc).__name__,
+                    f"; {dropped} waiting messages discarded as broker_rejected" if dropped else "",
+                    delay,
+                )
+                await asyncio.sleep(delay)
+        self.grow(topic, count)
+
+    async def _partition_count(self, name: str) -> int:
+        # A "-partition-N" name is one partition, addressed directly.
+        return 0 if is_partition_name(name) else await self.pool.partition_count(name)
+
+    def grow(self, topic: Topic, count: int) -> None:
+        """Attach producers for partitions ``len(topic.producers) .. count-1`` (0: one,
+        non-partitioned) and route the messages that waited for them."""
+        if count == 0:
+            if topic.producers:
+                return
+            names = [topic.name]
+        else:
+            if topic.producers and not topic.partitioned:
+                log.warning(
+                    "%s became partitioned; keeping its non-partitioned producer", topic.name
+                )
+                return
+            names = [partition_name(topic.name, i) for i in range(len(topic.producers), count)]
+            if not names:
+                return
+            if topic.producers:
+                log.info("%s grew to %d partitions", topic.name, count)
+        listener = self.outcomes.for_topic(topic)
+        policy = self.settings.policy(topic)
+        new = []
+        for index, name in enumerate(names, start=len(topic.producers)):
+            producer = PartitionProducer(name, index, next(self._producer_ids), policy)
+            if self.producer_name:
+                producer.name, producer.name_is_ours = self.producer_name, True
+            self.drivers[producer.producer_id] = ProducerDriver(
+                producer, self.pool, listener, self.delivery
+            )
+            new.append(producer)
+        topic.partitioned = count > 0
+        topic.producers.extend(new)
+        self.appender.route_waiting(topic)
+        for producer in new:
+            self.drivers[producer.producer_id].start()
+        self.flush_dirty()
+
+    async def _refresh_metadata_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.metadata_refresh_s)
+            for topic in list(self.registry):
+                if not topic.partitioned:
+                    continue
+                with contextlib.suppress(*_LOOKUP_FAILURES):
+                    count = await self._partition_count(topic.name)
+                    if count > len(topic.producers):
+                        self.grow(topic, count)
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

@@ -1,0 +1,52 @@
+"""The topics the daemon has seen, by the bytes senders write and by full name, sans-IO."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from pulsar_bruce.parse.topic import normalize_topic
+from pulsar_bruce.route.router import Topic
+
+#: Bad topic names remembered (so a flood of them costs one dict lookup each), at most.
+_BAD_TOPIC_CACHE_LIMIT = 1024
+
+
+class TopicRegistry:
+    """Creates each topic once; ``t`` and ``persistent://public/default/t`` share one."""
+
+    def __init__(self, on_added: Callable[[Topic], None]):
+        #: Keyed by the topic bytes exactly as senders write them (the hot path's lookup).
+        self.by_bytes: dict[bytes, Topic] = {}
+        #: Keyed by full Pulsar name.
+        self.by_name: dict[str, Topic] = {}
+        self._on_added = on_added
+        self._bad: set[bytes] = set()
+
+    def __iter__(self) -> Iterator[Topic]:
+        return iter(self.by_name.values())
+
+    def __len__(self) -> int:
+        return len(self.by_name)
+
+    def lookup(self, topic_bytes: bytes) -> Topic | None:
+        return self.by_bytes.get(topic_bytes) or self.add(topic_bytes)
+
+    def add(self, topic_bytes: bytes) -> Topic | None:
+        """The topic for bytes not seen before; None if they are no valid topic name."""
+        if topic_bytes in self._bad:
+            return None
+        name = normalize_topic(topic_bytes)
+        if name is None:
+            if len(self._bad) >= _BAD_TOPIC_CACHE_LIMIT:
+                self._bad.clear()
+            self._bad.add(topic_bytes)
+            return None
+        topic = self.by_name.get(name)
+        if topic is None:
+            topic = Topic(name)
+            self.by_name[name] = topic
+            self.by_bytes[topic_bytes] = topic
+            self._on_added(topic)
+        else:
+            self.by_bytes[topic_bytes] = topic
+        return topic

@@ -1,0 +1,116 @@
+"""Memory or disk: the one place that decides where a new message is kept, sans-IO.
+
+Memory while it is below ``--buffer-max-bytes`` and nothing waits on disk.
+Otherwise, with a spool, the disk: the datagram is held here and written with
+everything else held during the same socket drain (one write, one fsync under
+``always``), never on the per-message path.  Once something is on disk, new
+messages queue behind it there, so order is kept, until the spool is drained.
+Without a spool (or with a full one) the message cannot be taken.
+
+The asyncio edge (:class:`~pulsar_bruce.spool.spooler.Spooler`) feeds the
+clock and broker reachability in, and asks how much it may replay.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pulsar_bruce import reasons
+from pulsar_bruce.model.ledger import Ledger
+from pulsar_bruce.spool import records
+from pulsar_bruce.spool.store import SpoolStore
+
+log = logging.getLogger(__name__)
+
+
+class SpoolPolicy:
+    """Decides memory vs disk for every message, and when spooled ones come back."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        buffer_max_bytes: int,
+        store: SpoolStore | None = None,
+        unreachable_after_s: float = 10.0,
+    ):
+        self.ledger = ledger
+        self.buffer_max_bytes = buffer_max_bytes
+        self.store = store
+        self.unreachable_after_s = unreachable_after_s
+        #: True while the spool holds messages: new ones queue behind them, on disk.
+        self.spilling = False
+        self._held: list[bytes] = []
+        self._held_bytes = 0
+        self._unreachable_since: float | None = None
+
+    # -- per message -----------------------------------------------------------------
+
+    def room_for(self, charge: int) -> bool:
+        """May a message charged ``charge`` bytes be kept in memory now?"""
+        return not self.spilling and self.ledger.buffered_bytes + charge <= self.buffer_max_bytes
+
+    def hold(self, datagram: bytes) -> bool:
+        """Keep ``datagram`` for the disk (written by :meth:`write_held`); False: no room."""
+        store = self.store
+        if store is None:
+            return False
+        record = records.encode(records.DATAGRAM, datagram)
+        if not store.has_room(self._held_bytes + len(record)):
+            return False
+        self._held.append(record)
+        self._held_bytes += len(record)
+        self.spilling = True  # from now on, in order: everything after it goes there too
+        return True
+
+    # -- per drain or tick -------------------------------------------------------------
+
+    def write_held(self) -> None:
+        """Write the datagrams held since the last call, in one write.
+
+        If the disk refuses them they are discarded as ``buffer_full`` (the
+        spool is as good as full), logged once per failed write.
+        """
+        if not self._held:
+            return
+        held, self._held, self._held_bytes = self._held, [], 0
+        assert self.store is not None
+        try:
+            self.store.append(b"".join(held))
+        except OSError as exc:  # disk full, I/O error: as if the spool were full
+            log.error(
+                "spool %s: cannot write (%s); %d messages discarded as buffer_full",
+                self.store.directory,
+                exc,
+                len(held),
+            )
+            self.ledger.discard_spilled(reasons.BUFFER_FULL, len(held))
+
+    def watch_brokers(self, now: float, reachable: bool) -> None:
+        """No broker reachable for ``unreachable_after_s`` while messages wait: spill."""
+        ledger = self.ledger
+        if self.store is None or reachable or ledger.buffered_messages == ledger.spooled_messages:
+            self._unreachable_since = None
+            return
+        if self._unreachable_since is None:
+            self._unreachable_since = now
+        elif now - self._unreachable_since >= self.unreachable_after_s and not self.spilling:
+            log.warning(
+                "no broker reachable for %.0f s: new messages go to the spool %s",
+                now - self._unreachable_since,
+                self.store.directory,
+            )
+            self.spilling = True
+
+    def replay_room(self) -> int:
+        """Bytes of spooled records that may come back into memory now (0: none).
+
+        Replay waits for a reachable broker and for memory below half its cap;
+        when the spool is empty, messages flow through memory again.
+        """
+        if not self.spilling or self._unreachable_since is not None or self.store is None:
+            return 0
+        if self.store.is_empty and not self._held:
+            self.spilling = False
+            log.info("spool drained; messages flow through memory again")
+            return 0
+        return max(self.buffer_max_bytes // 2 - self.ledger.buffered_bytes, 0)
