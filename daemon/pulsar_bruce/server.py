@@ -241,15 +241,16 @@ class Server:
         """Unacked messages go to the front of the spool if there is one (and room), else
         they are discarded as ``shutdown``."""
         topics = list(self.topics.registry)
+        why = "shutdown cut short" if self._stop_now.is_set() else "shutdown timeout"
         if self.spooler is not None:
             front, count, charge = spool_records_of(topics)
             if self.spooler.shutdown(front):
                 forget_buffered(topics)
                 self.ledger.to_disk(count, charge)
-                log.warning("shutdown: %d unacknowledged messages kept in the spool", count)
+                log.warning("%s: %d unacknowledged messages kept in the spool", why, count)
         left = self.outcomes.discard_everything(topics, reasons.SHUTDOWN)
         if left:
-            log.warning("shutdown: discarded %d unacknowledged messages", left)
+            log.warning("%s: discarded %d unacknowledged messages", why, left)
 
     def reload(self) -> None:
         """SIGHUP: re-read the configuration and apply its per-topic settings, dropping nothing."""
