@@ -43,9 +43,11 @@ class Intake:
         max_message_bytes: int,
     ):
         self.topics = topics
+        self._topic_of = topics.by_bytes.get
         self.appender = appender
         self._append = appender.append
         self.ledger = ledger
+        self._accept = ledger.accept
         self.policy = policy
         self.outcomes = outcomes
         #: The largest message any topic takes (the socket reader's buffer size).
@@ -66,7 +68,7 @@ class Intake:
         if isinstance(parsed, str):
             return self._reject(parsed, data, tag)
         topic_bytes, partition_key, timestamp, key, value_offset = parsed
-        topic = self.topics.by_bytes.get(topic_bytes) or self.topics.add(topic_bytes)
+        topic = self._topic_of(topic_bytes) or self.topics.add(topic_bytes)
         if topic is None:
             return self._reject(reasons.BAD_TOPIC, data, tag)
         if len(data) > topic.max_message_bytes:
@@ -76,8 +78,9 @@ class Intake:
             return self._reject(reasons.RATE_LIMITED, data, tag, topic)
         key_field = encode_key_field(key) if key else b""
         charge = memory_charge(key_field, len(data) - value_offset)
-        if self.policy.room_for(charge):
-            self.ledger.accept(charge)
+        ledger = self.ledger
+        if ledger.buffered_bytes + charge <= self.policy.memory_limit:  # policy.room_for(charge)
+            self._accept(charge)
             if tag is not None:
                 tag.outstanding += 1
             if topic.producers:
@@ -91,7 +94,7 @@ class Intake:
         elif tag is not None:
             return False  # backpressure: the stream edge offers it again later
         elif self.policy.hold(data):
-            self.ledger.spill()
+            ledger.spill()
         else:
             return self._reject(reasons.BUFFER_FULL, data, None, topic)
         if budget is not None:

@@ -37,17 +37,31 @@ class SpoolPolicy:
         self.buffer_max_bytes = buffer_max_bytes
         self.store = store
         self.unreachable_after_s = unreachable_after_s
-        #: True while the spool holds messages: new ones queue behind them, on disk.
-        self.spilling = False
+        #: What memory may hold now (``buffered_bytes`` plus a new message's charge at most):
+        #: the cap, or -1 while spilling, when new messages queue behind the spool, on disk.
+        self.memory_limit = buffer_max_bytes
         self._held: list[bytes] = []
         self._held_bytes = 0
         self._unreachable_since: float | None = None
 
+    @property
+    def spilling(self) -> bool:
+        """True while the spool holds messages: new ones queue behind them, on disk."""
+        return self.memory_limit < 0
+
+    @spilling.setter
+    def spilling(self, on: bool) -> None:
+        self.memory_limit = -1 if on else self.buffer_max_bytes
+
     # -- per message -----------------------------------------------------------------
 
     def room_for(self, charge: int) -> bool:
-        """May a message charged ``charge`` bytes be kept in memory now?"""
-        return not self.spilling and self.ledger.buffered_bytes + charge <= self.buffer_max_bytes
+        """May a message charged ``charge`` bytes be kept in memory now?
+
+        The intake inlines this test (``buffered_bytes + charge <= memory_limit``)
+        on its per-message path; this method is the definition.
+        """
+        return self.ledger.buffered_bytes + charge <= self.memory_limit
 
     def hold(self, datagram: bytes) -> bool:
         """Keep ``datagram`` for the disk (written by :meth:`write_held`); False: no room."""
