@@ -25,7 +25,7 @@ from pulsar_bruce import reasons
 from pulsar_bruce.config import TOPIC_OPTIONS, Config, ConfigError
 from pulsar_bruce.connection.broker_connection import ConnectionClosedError, ServerError
 from pulsar_bruce.connection.pool import ConnectionPool, TopicLookupError
-from pulsar_bruce.connection.security import ConnectionSecurity
+from pulsar_bruce.connection.security import ConnectionSecurity, SecuritySetupError
 from pulsar_bruce.input.socket_reader import DatagramReader, open_datagram_socket
 from pulsar_bruce.input.stream_server import StreamServer
 from pulsar_bruce.metrics.http import MetricsServer
@@ -88,7 +88,7 @@ class Server:
             max_send_attempts=config.max_send_attempts,
         )
         # TLS context and credentials, built once (ConfigError naming the option if unusable).
-        self.security = ConnectionSecurity.from_config(config)
+        self.security = connection_security(config)
         self.pool = ConnectionPool(
             config.service_url, ssl_context=self.security.ssl_context, auth=self.security.auth
         )
@@ -413,6 +413,23 @@ class Server:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def connection_security(config: Config) -> ConnectionSecurity:
+    """The TLS context and credentials the options ask for (a ConfigError if unusable)."""
+    try:
+        return ConnectionSecurity.build(
+            service_url=config.service_url,
+            ca_file=config.tls_ca_file,
+            cert_file=config.tls_cert_file,
+            key_file=config.tls_key_file,
+            verify_hostname=config.tls_verify_hostname,
+            token_file=config.auth_token_file,
+            token=config.auth_token,
+            metrics_listen=config.metrics_listen,
+        )
+    except SecuritySetupError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def stable_producer_name(prefix: str, socket_path: str) -> str | None:

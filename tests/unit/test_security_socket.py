@@ -12,9 +12,9 @@ from pulsar_bruce.connection.security import is_loopback, metrics_exposure_warni
 from pulsar_bruce.input.socket_reader import (
     InsecureSocketDirectoryError,
     check_socket_directory,
-    group_id,
     open_datagram_socket,
 )
+from pulsar_bruce.model.groups import group_id
 
 
 def other_group() -> grp.struct_group | None:

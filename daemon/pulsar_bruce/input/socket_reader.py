@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import grp
 import mmap
 import os
 import socket
 import stat
 from collections.abc import Callable
 from pathlib import Path
+
+from pulsar_bruce.model.groups import group_id
 
 #: Receive buffer we ask the kernel for; it caps it at net.core.rmem_max.
 _RCVBUF_BYTES = 8 * 1024 * 1024
@@ -29,11 +30,6 @@ class SocketInUseError(Exception):
 
 class InsecureSocketDirectoryError(PermissionError):
     """The socket's directory lets anyone replace the socket (world-writable, no sticky bit)."""
-
-
-def group_id(group: str) -> int:
-    """A group name or numeric id -> gid; ``KeyError`` for an unknown name."""
-    return int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
 
 
 def check_socket_directory(path: str) -> None:
