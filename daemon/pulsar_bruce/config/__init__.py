@@ -18,17 +18,7 @@ from pulsar_bruce.config.model import (
     qualify_topic_pattern,
 )
 from pulsar_bruce.config.options import AUTH_TOKEN_ENV, ENV_PREFIX, Option
-from pulsar_bruce.config.values import (
-    parse_bool,
-    parse_compression,
-    parse_fsync_policy,
-    parse_group,
-    parse_listen,
-    parse_log_level,
-    parse_octal_mode,
-    parse_service_url,
-    parse_size,
-)
+from pulsar_bruce.config.values import parse_size
 
 __all__ = [
     "AUTH_TOKEN_ENV",
@@ -42,14 +32,6 @@ __all__ = [
     "TopicOverride",
     "TopicSettings",
     "load_config",
-    "parse_bool",
-    "parse_compression",
-    "parse_fsync_policy",
-    "parse_group",
-    "parse_listen",
-    "parse_log_level",
-    "parse_octal_mode",
-    "parse_service_url",
     "parse_size",
     "qualify_topic_pattern",
 ]
