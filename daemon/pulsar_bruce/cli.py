@@ -16,7 +16,7 @@ import click
 
 from pulsar_bruce import __version__
 from pulsar_bruce.config import AUTH_TOKEN_ENV, OPTIONS, Config, ConfigError, load_config
-from pulsar_bruce.input.socket_reader import SocketInUseError
+from pulsar_bruce.input.unix_sockets import SocketInUseError
 from pulsar_bruce.metrics.status import render_status
 from pulsar_bruce.service.logs import setup_logging
 from pulsar_bruce.service.systemd import ActivationError

@@ -26,8 +26,9 @@ from pulsar_bruce.config import TOPIC_OPTIONS, Config, ConfigError
 from pulsar_bruce.connection.broker_connection import ConnectionClosedError, ServerError
 from pulsar_bruce.connection.pool import ConnectionPool, TopicLookupError
 from pulsar_bruce.connection.security import ConnectionSecurity, SecuritySetupError
-from pulsar_bruce.input.socket_reader import DatagramReader, open_datagram_socket
+from pulsar_bruce.input.socket_reader import DatagramReader
 from pulsar_bruce.input.stream_server import StreamServer
+from pulsar_bruce.input.unix_sockets import open_unix_socket
 from pulsar_bruce.metrics.http import MetricsServer
 from pulsar_bruce.metrics.registry import Metrics
 from pulsar_bruce.metrics.stats import Stats
@@ -134,7 +135,11 @@ class Server:
         stream_path = self.config.stream_socket_path
         if stream_path is not None or self._activated_stream is not None:
             self.stream_server = StreamServer(
-                stream_path or "", self.config.socket_mode, self.forwarder, self._flush_dirty
+                stream_path or "",
+                self.config.socket_mode,
+                self.forwarder,
+                self._flush_dirty,
+                group=self.config.socket_group,
             )
             await self.stream_server.start(self._activated_stream)
         if self.spooler is not None:
@@ -228,9 +233,8 @@ class Server:
             self.socket_activated = True
             self.socket_name = systemd.socket_name(passed)
             return passed
-        Path(self.config.socket).parent.mkdir(parents=True, exist_ok=True)
-        return open_datagram_socket(
-            self.config.socket, self.config.socket_mode, self.config.socket_group
+        return open_unix_socket(
+            self.config.socket, socket.SOCK_DGRAM, self.config.socket_mode, self.config.socket_group
         )
 
     # -- systemd notifications ---------------------------------------------------------
