@@ -16,8 +16,7 @@ import click
 
 from pulsar_bruce import __version__
 from pulsar_bruce.config import AUTH_TOKEN_ENV, OPTIONS, Config, ConfigError, load_config
-from pulsar_bruce.connection.security import ConnectionSecurity
-from pulsar_bruce.input.socket_reader import SocketInUseError
+from pulsar_bruce.input.unix_sockets import SocketInUseError
 from pulsar_bruce.metrics.status import render_status
 from pulsar_bruce.service.logs import setup_logging
 from pulsar_bruce.service.systemd import ActivationError
@@ -78,8 +77,10 @@ def main(
         ctx.obj = config
         return
     if check_config:
+        from pulsar_bruce.server import connection_security
+
         try:  # the TLS and token files must be usable too
-            ConnectionSecurity.from_config(config)
+            connection_security(config)
         except ConfigError as exc:
             click.echo(f"pulsar-bruce: error: {exc}", err=True)
             sys.exit(2)

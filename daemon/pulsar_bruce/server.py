@@ -25,9 +25,10 @@ from typing import Any
 from pulsar_bruce import reasons
 from pulsar_bruce.config import TOPIC_OPTIONS, Config, ConfigError
 from pulsar_bruce.connection.pool import ConnectionPool
-from pulsar_bruce.connection.security import ConnectionSecurity
-from pulsar_bruce.input.socket_reader import DatagramReader, open_datagram_socket
+from pulsar_bruce.connection.security import ConnectionSecurity, SecuritySetupError
+from pulsar_bruce.input.socket_reader import DatagramReader
 from pulsar_bruce.input.stream_server import StreamServer
+from pulsar_bruce.input.unix_sockets import open_unix_socket
 from pulsar_bruce.metrics.http import MetricsServer
 from pulsar_bruce.metrics.registry import Metrics, SpoolGauges
 from pulsar_bruce.metrics.status import status_document
@@ -56,7 +57,7 @@ class Server:
         self._reload = reload
         self.ledger = Ledger()
         # TLS context and credentials, built once (ConfigError naming the option if unusable).
-        self.security = ConnectionSecurity.from_config(config)
+        self.security = connection_security(config)
         self.pool = ConnectionPool(
             config.service_url, ssl_context=self.security.ssl_context, auth=self.security.auth
         )
@@ -161,7 +162,11 @@ class Server:
         stream_path = config.stream_socket_path
         if stream_path is not None or stream_socket is not None:
             self.stream_server = StreamServer(
-                stream_path or "", config.socket_mode, self.intake, self._after_drain
+                stream_path or "",
+                config.socket_mode,
+                self.intake,
+                self._after_drain,
+                group=config.socket_group,
             )
             await self.stream_server.start(stream_socket)
         if self.spooler is not None:
@@ -296,9 +301,9 @@ class Server:
             self.socket_activated = True
             self.socket_name = systemd.socket_name(passed)
             return passed, activated_stream
-        Path(self.config.socket).parent.mkdir(parents=True, exist_ok=True)
-        own = open_datagram_socket(
-            self.config.socket, self.config.socket_mode, self.config.socket_group
+        config = self.config
+        own = open_unix_socket(
+            config.socket, socket.SOCK_DGRAM, config.socket_mode, config.socket_group
         )
         return own, activated_stream
 
@@ -346,6 +351,23 @@ def _discard_log(config: Config) -> Evidence | None:
     from pulsar_bruce.metrics.discard_log import DiscardLog  # optional, imported lazily
 
     return DiscardLog(config.discard_log, config.discard_log_max_bytes, config.discard_log_archives)
+
+
+def connection_security(config: Config) -> ConnectionSecurity:
+    """The TLS context and credentials the options ask for (a ConfigError if unusable)."""
+    try:
+        return ConnectionSecurity.build(
+            service_url=config.service_url,
+            ca_file=config.tls_ca_file,
+            cert_file=config.tls_cert_file,
+            key_file=config.tls_key_file,
+            verify_hostname=config.tls_verify_hostname,
+            token_file=config.auth_token_file,
+            token=config.auth_token,
+            metrics_listen=config.metrics_listen,
+        )
+    except SecuritySetupError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def stable_producer_name(prefix: str, socket_path: str) -> str | None:

@@ -91,7 +91,7 @@ def test_a_sticky_world_writable_directory_is_accepted(
     assert daemon.wait(30) == 0
 
 
-def test_the_socket_file_gets_the_configured_group_and_mode(
+def test_both_socket_files_get_the_configured_group_and_mode(
     tmp_path: Path, spawn: Callable[..., subprocess.Popen[bytes]]
 ) -> None:
     mine = os.getgid()
@@ -103,12 +103,15 @@ def test_the_socket_file_gets_the_configured_group_and_mode(
         pytest.skip("no group other than our primary one to give the socket to")
     group = groups[0]
     socket_path = tmp_path / "bruce.sock"
+    stream_path = tmp_path / "bruce.stream.sock"  # --stream-socket auto
     daemon = spawn("--socket", str(socket_path), "--metrics-listen", "off",
-                   "--socket-group", group.gr_name)  # fmt: skip
-    wait_for(lambda: daemon.poll() is None and socket_path.exists(), 30, "the socket")
-    info = socket_path.stat()
-    assert info.st_gid == group.gr_gid
-    assert stat.S_IMODE(info.st_mode) == 0o660
+                   "--socket-group", group.gr_name, "--socket-mode", "0620")  # fmt: skip
+    log = tmp_path / "daemon.log"
+    wait_for(lambda: "pulsar-bruce receiving on" in log.read_text(), 30, "the start line")
+    for path in (socket_path, stream_path):
+        info = path.stat()
+        assert stat.S_ISSOCK(info.st_mode), path
+        assert (info.st_gid, stat.S_IMODE(info.st_mode)) == (group.gr_gid, 0o620), path
     daemon.send_signal(signal.SIGTERM)
     assert daemon.wait(30) == 0
 

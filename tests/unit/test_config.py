@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from pulsar_bruce.config import ConfigError, load_config, parse_size
+from pulsar_bruce.batch.compression import CODECS
+from pulsar_bruce.config import (
+    OPTIONS,
+    OPTIONS_BY_NAME,
+    TOPIC_OPTIONS,
+    Config,
+    ConfigError,
+    TopicSettings,
+    load_config,
+    parse_size,
+)
+from pulsar_bruce.model.vocabulary import Compression
+from pulsar_bruce.spool.store import SpoolStore
 
 NO_FLAGS: dict[str, object] = {}
 NO_ENV: dict[str, str] = {}
+#: Config fields that are not options: from [topics."..."] tables and $PULSAR_BRUCE_AUTH_TOKEN.
+NOT_OPTIONS = ("topic_overrides", "auth_token")
 
 
 def write_toml(tmp_path: Path, text: str) -> str:
@@ -323,3 +341,73 @@ def test_batch_larger_than_buffer_is_refused() -> None:
 def test_nan_is_refused(name: str) -> None:
     with pytest.raises(ConfigError):
         load_config({name: "nan"}, NO_ENV)
+
+
+# -- one declaration per option, one definition per vocabulary -----------------------------------
+
+
+def test_the_model_defaults_are_the_parsed_option_defaults() -> None:
+    assert Config() == load_config(NO_FLAGS, NO_ENV)
+    for option in OPTIONS:
+        assert getattr(Config(), option.name) == option.parse(option.default), option.name
+
+
+def test_the_option_table_is_the_model_fields() -> None:
+    fields = [f.name for f in dataclasses.fields(Config)]
+    assert [o.name for o in OPTIONS] == [f for f in fields if f not in NOT_OPTIONS]
+    assert tuple(f.name for f in dataclasses.fields(TopicSettings)) == TOPIC_OPTIONS
+    assert set(TOPIC_OPTIONS) < set(OPTIONS_BY_NAME)
+
+
+def test_topic_settings_start_from_the_global_values() -> None:
+    config = load_config({"compression": "zlib", "batch_max_messages": "7"}, NO_ENV)
+    settings = config.topic_settings("persistent://public/default/t")
+    assert type(settings) is TopicSettings
+    assert settings == TopicSettings(
+        **{name: getattr(config, name) for name in TOPIC_OPTIONS}
+    )
+    assert (settings.compression, settings.batch_max_messages) == ("zlib", 7)
+
+
+def test_every_compression_name_has_a_codec_and_only_those_are_accepted() -> None:
+    assert set(CODECS) == {str(name) for name in Compression}
+    for name in Compression:
+        assert load_config({"compression": name.upper()}, NO_ENV).compression == name
+    with pytest.raises(ConfigError, match=r"^--compression: expected one of none, lz4, zlib, "):
+        load_config({"compression": "brotli"}, NO_ENV)
+
+
+@pytest.mark.parametrize("policy", ["always", "interval", "never"])
+def test_every_fsync_policy_is_accepted_by_the_config_and_the_spool(
+    tmp_path: Path, policy: str
+) -> None:
+    config = load_config({"spool_fsync": policy}, NO_ENV)
+    assert config.spool_fsync == policy
+    assert SpoolStore(tmp_path, 1 << 20, config.spool_fsync).fsync == policy
+    with pytest.raises(ConfigError, match=r"^--spool-fsync: expected always, interval or never"):
+        load_config({"spool_fsync": "sometimes"}, NO_ENV)
+
+
+def modules_loaded_by(module: str) -> list[str]:
+    """In a fresh interpreter: the daemon's modules that importing ``module`` loads."""
+    probe = (
+        f"import sys, {module}; "
+        "print(' '.join(m for m in sys.modules if m.startswith('pulsar_bruce.')))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True
+    )
+    loaded = result.stdout.split()
+    assert module in loaded
+    return loaded
+
+
+def test_config_imports_only_leaf_modules() -> None:
+    leaves = ("pulsar_bruce.config", "pulsar_bruce.model", "pulsar_bruce.reasons")
+    assert [m for m in modules_loaded_by("pulsar_bruce.config") if not m.startswith(leaves)] == []
+
+
+def test_the_connection_layer_never_imports_config() -> None:
+    loaded = modules_loaded_by("pulsar_bruce.connection.security")
+    assert [m for m in loaded if m.startswith("pulsar_bruce.config")] == []

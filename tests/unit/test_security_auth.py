@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 from pulsar_bruce.config import load_config
-from pulsar_bruce.connection.auth import AuthSetupError, Secret, TokenAuth
+from pulsar_bruce.connection.auth import AuthSetupError, TokenAuth
 from pulsar_bruce.connection.protocol import ConnectionCore, ConnectionState, HandshakeError
-from pulsar_bruce.connection.security import ConnectionSecurity
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import FrameDecoder, encode_command
+from pulsar_bruce.model.secret import Secret
+from pulsar_bruce.server import connection_security
 
 _T = pb.BaseCommand
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.dGVzdA.SIGNATURE-never-logged"
@@ -94,12 +95,12 @@ def test_a_token_from_the_environment() -> None:
 def test_the_security_helper_picks_the_configured_source(tmp_path: Path) -> None:
     path = tmp_path / "token"
     path.write_text(TOKEN)
-    from_file = ConnectionSecurity.from_config(load_config({"auth_token_file": str(path)}, {}))
+    from_file = connection_security(load_config({"auth_token_file": str(path)}, {}))
     assert from_file.auth is not None and from_file.auth.auth_data() == TOKEN.encode()
-    from_env = ConnectionSecurity.from_config(load_config({}, {"PULSAR_BRUCE_AUTH_TOKEN": TOKEN}))
+    from_env = connection_security(load_config({}, {"PULSAR_BRUCE_AUTH_TOKEN": TOKEN}))
     assert from_env.auth is not None and from_env.auth.auth_data() == TOKEN.encode()
     assert any("unencrypted connection" in w for w in from_env.warnings)
-    assert ConnectionSecurity.from_config(load_config({}, {})).auth is None
+    assert connection_security(load_config({}, {})).auth is None
 
 
 # -- the connection core --------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from pulsar_bruce.cli import effective_config_toml, main
 from pulsar_bruce.config import OPTIONS_BY_NAME, ConfigError, load_config
-from pulsar_bruce.connection.auth import Secret
+from pulsar_bruce.model.secret import Secret
 
 TOKEN = "tok.eyJzdWIiOiJicnVjZSJ9.NOT-TO-BE-SHOWN-4711"
 

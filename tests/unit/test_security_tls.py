@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from pulsar_bruce.config import ConfigError, load_config
-from pulsar_bruce.connection.security import ConnectionSecurity
 from pulsar_bruce.connection.tls import TlsSetupError, build_ssl_context
+from pulsar_bruce.server import connection_security
 from securefake import Pki, make_pki
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
@@ -116,11 +116,11 @@ def test_cert_without_key_names_the_missing_one() -> None:
 
 def test_pulsar_ssl_gets_a_context_and_pulsar_does_not(pki: Pki) -> None:
     tls = load_config({"service_url": "pulsar+ssl://b:6651", "tls_ca_file": str(pki.ca)}, {})
-    security = ConnectionSecurity.from_config(tls)
+    security = connection_security(tls)
     assert isinstance(security.ssl_context, ssl.SSLContext)
     assert security.warnings == ()
     plain = load_config({"tls_ca_file": str(pki.ca)}, {})
-    security = ConnectionSecurity.from_config(plain)
+    security = connection_security(plain)
     assert security.ssl_context is None
     assert any("--tls-* options are ignored" in w for w in security.warnings)
 
@@ -130,7 +130,7 @@ def test_a_bad_file_becomes_a_config_error_naming_the_option(tmp_path: Path) -> 
         {"service_url": "pulsar+ssl://b:6651", "tls_ca_file": str(tmp_path / "nope.pem")}, {}
     )
     with pytest.raises(ConfigError, match=r"^--tls-ca-file: cannot read .*nope\.pem"):
-        ConnectionSecurity.from_config(config)
+        connection_security(config)
 
 
 def test_turning_hostname_verification_off_is_warned_about(pki: Pki) -> None:
@@ -139,6 +139,6 @@ def test_turning_hostname_verification_off_is_warned_about(pki: Pki) -> None:
          "tls_verify_hostname": "false"},
         {},
     )  # fmt: skip
-    security = ConnectionSecurity.from_config(config)
+    security = connection_security(config)
     assert security.ssl_context is not None and not security.ssl_context.check_hostname
     assert any("hostname verification is off" in w for w in security.warnings)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import lz4.block
 
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
+from pulsar_bruce.model.vocabulary import Compression
 
 Compressor = Callable[[bytes], bytes]
 
@@ -26,9 +27,9 @@ def _zlib(data: bytes) -> bytes:
 
 #: Option value -> (CompressionType on the wire, compressor or None).
 CODECS: dict[str, tuple[int, Compressor | None]] = {
-    "none": (pb.NONE, None),
-    "lz4": (pb.LZ4, _lz4),
-    "zlib": (pb.ZLIB, _zlib),
+    Compression.NONE: (pb.NONE, None),
+    Compression.LZ4: (pb.LZ4, _lz4),
+    Compression.ZLIB: (pb.ZLIB, _zlib),
 }
 
 

@@ -7,7 +7,7 @@ later with ``auth_data = "refresh"`` when it wants fresh credentials).  A token
 file is re-read each time, so a rotated token is picked up without a restart.
 
 The token itself never reaches a log line, an exception message, ``repr()`` or
-a metric: it lives in a :class:`Secret`.
+a metric: it lives in a :class:`~pulsar_bruce.model.secret.Secret`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Protocol
 from pulsar_bruce.frame import commands
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import encode_command
+from pulsar_bruce.model.secret import Secret
 
 log = logging.getLogger(__name__)
 
@@ -27,29 +28,6 @@ TOKEN_METHOD = "token"
 
 class AuthSetupError(Exception):
     """The credentials cannot be read (the message names the file, never the token)."""
-
-
-class Secret:
-    """A value that must not be shown: ``repr``/``str`` hide it; :meth:`reveal` returns it."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str):
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
 
 
 class AuthProvider(Protocol):

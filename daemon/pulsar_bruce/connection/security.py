@@ -1,7 +1,8 @@
 """What the security options turn into at start: the TLS context, the credentials, warnings.
 
-Built once by the server (and by ``--check-config``, to validate the files).
-Every failure is a :class:`~pulsar_bruce.config.ConfigError` naming the option;
+Built once by the server (and by ``--check-config``, to validate the files)
+from explicit values, so this layer never reads the configuration itself.
+Every failure is a :class:`SecuritySetupError` whose message names the option;
 no message ever contains the auth token.
 """
 
@@ -12,12 +13,16 @@ import socket
 import ssl
 from dataclasses import dataclass
 
-from pulsar_bruce.config import AUTH_TOKEN_ENV, Config, ConfigError
 from pulsar_bruce.connection.auth import AuthProvider, AuthSetupError, TokenAuth
-from pulsar_bruce.connection.pool import ServiceUrl
 from pulsar_bruce.connection.tls import TlsSetupError, build_ssl_context
+from pulsar_bruce.model.secret import Secret
+from pulsar_bruce.model.service_url import ServiceUrl
 
 METRICS_EXPOSED = "metrics and status are reachable from the network"
+
+
+class SecuritySetupError(Exception):
+    """A TLS or token file cannot be used; the message is one line naming the option."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,43 +33,52 @@ class ConnectionSecurity:
     warnings: tuple[str, ...] = ()
 
     @classmethod
-    def from_config(cls, config: Config) -> ConnectionSecurity:
+    def build(
+        cls,
+        *,
+        service_url: str,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        verify_hostname: bool = True,
+        token_file: str | None = None,
+        token: Secret | None = None,
+        metrics_listen: tuple[str, int] | None = None,
+    ) -> ConnectionSecurity:
+        """TLS for ``pulsar+ssl://``, token auth from a file or a value, and start warnings."""
         warnings = []
-        tls = ServiceUrl.parse(config.service_url).tls
+        tls = ServiceUrl.parse(service_url).tls
         ssl_context = None
         if tls:
             try:
                 ssl_context = build_ssl_context(
-                    ca_file=config.tls_ca_file,
-                    cert_file=config.tls_cert_file,
-                    key_file=config.tls_key_file,
-                    verify_hostname=config.tls_verify_hostname,
+                    ca_file=ca_file,
+                    cert_file=cert_file,
+                    key_file=key_file,
+                    verify_hostname=verify_hostname,
                 )
             except TlsSetupError as exc:
-                raise ConfigError(str(exc)) from None
-            if not config.tls_verify_hostname:
+                raise SecuritySetupError(str(exc)) from None
+            if not verify_hostname:
                 warnings.append(
                     "TLS hostname verification is off (--no-tls-hostname-verification): "
                     "any certificate signed by a trusted CA is accepted for any broker"
                 )
-        elif any((config.tls_ca_file, config.tls_cert_file, config.tls_key_file)):
+        elif any((ca_file, cert_file, key_file)):
             warnings.append("the --tls-* options are ignored: --service-url is not pulsar+ssl://")
         auth: AuthProvider | None = None
-        if config.auth_token_file is not None:
+        if token_file is not None:
             try:
-                auth = TokenAuth(path=config.auth_token_file)
+                auth = TokenAuth(path=token_file)
             except AuthSetupError as exc:
-                raise ConfigError(f"--auth-token-file: {exc}") from None
-        elif config.auth_token is not None:
-            try:
-                auth = TokenAuth(token=config.auth_token)
-            except AuthSetupError:  # pragma: no cover - a value cannot be unreadable
-                raise ConfigError(f"{AUTH_TOKEN_ENV}: unusable") from None
+                raise SecuritySetupError(f"--auth-token-file: {exc}") from None
+        elif token is not None:
+            auth = TokenAuth(token=token)  # a value in memory cannot be unreadable
         if auth is not None and not tls:
             warnings.append(
                 "the auth token is sent over an unencrypted connection (use pulsar+ssl://)"
             )
-        exposed = metrics_exposure_warning(config.metrics_listen)
+        exposed = metrics_exposure_warning(metrics_listen)
         if exposed:
             warnings.append(exposed)
         return cls(ssl_context, auth, tuple(warnings))

@@ -1,4 +1,4 @@
-"""The UNIX datagram socket: creation, and draining it on every wake-up.
+"""The UNIX datagram socket, drained on every wake-up (``unix_sockets`` creates it).
 
 Per datagram the reader does one ``recv_into`` into a preallocated buffer,
 one copy of the bytes actually received, and one call into the intake.
@@ -8,107 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import grp
 import mmap
-import os
 import socket
-import stat
 from collections.abc import Callable
-from pathlib import Path
 
-#: Receive buffer we ask the kernel for; it caps it at net.core.rmem_max.
-_RCVBUF_BYTES = 8 * 1024 * 1024
 #: Datagrams handled per wake-up before yielding to timers and receipts.
 _MAX_PER_WAKEUP = 20_000
-
-
-class SocketInUseError(Exception):
-    """Another process is receiving on the socket path, or the path is not a socket."""
-
-
-class InsecureSocketDirectoryError(PermissionError):
-    """The socket's directory lets anyone replace the socket (world-writable, no sticky bit)."""
-
-
-def group_id(group: str) -> int:
-    """A group name or numeric id -> gid; ``KeyError`` for an unknown name."""
-    return int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
-
-
-def check_socket_directory(path: str) -> None:
-    """Refuse a directory where any user could delete or replace our socket file."""
-    directory = Path(path).parent
-    try:
-        mode = directory.stat().st_mode
-    except OSError:
-        return  # binding will say what is wrong with it
-    if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
-        raise InsecureSocketDirectoryError(
-            f"refusing to create the socket in {directory}: the directory is world-writable "
-            "without the sticky bit, so anyone could replace the socket; use a directory "
-            "only the daemon's user can write to (e.g. /run/pulsar-bruce)"
-        )
-
-
-def open_datagram_socket(path: str, mode: int, group: str | None = None) -> socket.socket:
-    """Bind a UNIX datagram socket at ``path`` with permissions ``mode`` and group ``group``.
-
-    A stale socket file (nobody receiving) is removed; a live one, or a path
-    that is not a socket, makes us refuse to start, and so does a
-    world-writable directory without the sticky bit.
-    """
-    check_socket_directory(path)
-    target = Path(path)
-    _remove_stale_socket(target)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    bound = False
-    try:
-        # Bind with no permissions at all, then set the group, then the mode: the file
-        # never exists with looser permissions or for the wrong group.
-        old_umask = os.umask(0o777)
-        try:
-            sock.bind(path)
-            bound = True
-        finally:
-            os.umask(old_umask)
-        if group is not None:
-            try:
-                os.chown(path, -1, group_id(group))
-            except (KeyError, OSError) as exc:
-                detail = "unknown group" if isinstance(exc, KeyError) else exc.strerror
-                raise PermissionError(f"cannot give {path} to group {group!r}: {detail}") from None
-        os.chmod(path, mode)
-        sock.setblocking(False)
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RCVBUF_BYTES)
-    except BaseException:
-        sock.close()
-        if bound:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-        raise
-    return sock
-
-
-def _remove_stale_socket(target: Path) -> None:
-    try:
-        info = target.lstat()
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(info.st_mode):
-        raise SocketInUseError(f"{target} exists and is not a socket; refusing to replace it")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    try:
-        probe.connect(str(target))
-    except OSError as exc:
-        if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
-            raise
-        target.unlink(missing_ok=True)
-        return
-    finally:
-        probe.close()
-    raise SocketInUseError(f"another process is receiving on {target}")
 
 
 class DatagramReader:

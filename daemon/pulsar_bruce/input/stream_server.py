@@ -10,15 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
 import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from pulsar_bruce.input.socket_reader import SocketInUseError
 from pulsar_bruce.input.stream_session import FramingError, StreamSession
+from pulsar_bruce.input.unix_sockets import open_unix_socket
 from pulsar_bruce.model.confirmation import Confirmation
 
 log = logging.getLogger(__name__)
@@ -125,10 +124,16 @@ class StreamServer:
     """Listens on the stream socket path."""
 
     def __init__(
-        self, path: str, mode: int, intake: StreamIntake, after_records: Callable[[], None]
+        self,
+        path: str,
+        mode: int,
+        intake: StreamIntake,
+        after_records: Callable[[], None],
+        group: str | None = None,
     ):
         self.path = path
         self.mode = mode
+        self.group = group
         self.intake = intake
         self._after_records = after_records
         self._server: asyncio.AbstractServer | None = None
@@ -143,19 +148,19 @@ class StreamServer:
     async def start(self, activated: socket.socket | None = None) -> None:
         """Listen on ``path``, or on the socket systemd passed (it keeps its file)."""
         loop = asyncio.get_running_loop()
+        self._activated = activated is not None
         if activated is not None:
-            self._activated = True
-            self._server = await loop.create_unix_server(self._connection, sock=activated)
-            return
-        target = Path(self.path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale_stream_socket(target)
-        old_umask = os.umask(0o777 & ~self.mode)
+            sock = activated
+        else:
+            sock = open_unix_socket(self.path, socket.SOCK_STREAM, self.mode, self.group)
         try:
-            self._server = await loop.create_unix_server(self._connection, self.path)
-        finally:
-            os.umask(old_umask)
-        os.chmod(self.path, self.mode)
+            self._server = await loop.create_unix_server(self._connection, sock=sock)
+        except BaseException:
+            if not self._activated:
+                sock.close()
+                with contextlib.suppress(OSError):
+                    Path(self.path).unlink()
+            raise
 
     def stop_reading(self) -> None:
         """Shutdown, step 1: accept and read nothing more."""
@@ -173,19 +178,3 @@ class StreamServer:
             if not self._activated:
                 with contextlib.suppress(OSError):
                     Path(self.path).unlink()
-
-
-def _remove_stale_stream_socket(target: Path) -> None:
-    if not target.exists():
-        return
-    if not target.is_socket():
-        raise SocketInUseError(f"{target} exists and is not a socket; refusing to replace it")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(str(target))
-    except OSError:
-        target.unlink(missing_ok=True)
-        return
-    finally:
-        probe.close()
-    raise SocketInUseError(f"another process is accepting on {target}")

@@ -17,9 +17,9 @@ import os
 from pathlib import Path
 from typing import BinaryIO
 
+from pulsar_bruce.model.vocabulary import FsyncPolicy
 from pulsar_bruce.spool import records
 
-FSYNC_POLICIES = ("always", "interval", "never")
 _CURSOR = "cursor"
 _SUFFIX = ".spool"
 
@@ -31,14 +31,14 @@ class SpoolStore:
         self,
         directory: str | Path,
         max_bytes: int,
-        fsync: str = "interval",
+        fsync: str = FsyncPolicy.INTERVAL,
         segment_bytes: int = 16 * 1024 * 1024,
     ):
-        if fsync not in FSYNC_POLICIES:
-            raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}")
+        if fsync not in tuple(FsyncPolicy):
+            raise ValueError(f"fsync must be one of {', '.join(FsyncPolicy)}")
         self.directory = Path(directory)
         self.max_bytes = max_bytes
-        self.fsync = fsync
+        self.fsync = FsyncPolicy(fsync)
         self.segment_bytes = segment_bytes
         self.size_bytes = 0
         self.corrupt_records = 0
@@ -92,7 +92,7 @@ class SpoolStore:
         self._tail_size += len(record)
         self.size_bytes += len(record)
         self._dirty = True
-        if self.fsync == "always":
+        if self.fsync is FsyncPolicy.ALWAYS:
             self.sync()
 
     def _open_new_tail(self) -> None:
@@ -113,7 +113,7 @@ class SpoolStore:
         if self._tail is None or not self._dirty:
             return
         self._tail.flush()
-        if self.fsync != "never":
+        if self.fsync is not FsyncPolicy.NEVER:
             os.fsync(self._tail.fileno())
         self._dirty = False
 
@@ -130,7 +130,7 @@ class SpoolStore:
                 handle.write(record)
                 self.size_bytes += len(record)
             handle.flush()
-            if self.fsync != "never":
+            if self.fsync is not FsyncPolicy.NEVER:
                 os.fsync(handle.fileno())
 
     # -- reading ------------------------------------------------------------------------

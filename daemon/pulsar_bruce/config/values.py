@@ -1,0 +1,186 @@
+"""Value parsers: one per kind of option value, each raising ``ValueError`` with the reason.
+
+A value comes from the command line or the environment (text) or from the
+TOML file (text, or a number, a boolean, ...); every parser takes any of
+these and refuses what does not fit.  The loader adds which option and
+source it was.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+
+from pulsar_bruce.model.groups import group_id
+from pulsar_bruce.model.service_url import ServiceUrl
+from pulsar_bruce.model.vocabulary import Compression, FsyncPolicy
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+_SIZE = re.compile(r"\s*(\d+)\s*([kmg]i?b?|b)?\s*", re.IGNORECASE)
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1024, "kb": 1000, "ki": 1024, "kib": 1024,
+    "m": 1024**2, "mb": 1000**2, "mi": 1024**2, "mib": 1024**2,
+    "g": 1024**3, "gb": 1000**3, "gi": 1024**3, "gib": 1024**3,
+}  # fmt: skip
+
+
+def parse_size(text: str | int) -> int:
+    """``256MiB``, ``128KiB``, ``10MB``, ``4096`` -> bytes."""
+    if isinstance(text, bool):
+        raise ValueError(f"expected a size like 256MiB or 65536, got {text!r}")
+    if isinstance(text, int):
+        value = text
+    else:
+        match = _SIZE.fullmatch(text)
+        if not match:
+            raise ValueError(f"expected a size like 256MiB or 65536, got {text!r}")
+        value = int(match.group(1)) * _SIZE_UNITS[(match.group(2) or "").lower()]
+    if value <= 0:
+        raise ValueError(f"expected a positive size, got {text!r}")
+    return value
+
+
+def parse_octal_mode(text: str | int) -> int:
+    """``"0660"`` (octal text) or, from TOML, an integer such as ``0o660``."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        mode = text
+    else:
+        try:
+            mode = int(parse_text(text), 8)
+        except ValueError:
+            raise ValueError(f"expected an octal mode like 0660, got {text!r}") from None
+    if not 0 <= mode <= 0o777:
+        raise ValueError(f"expected an octal mode between 0000 and 0777, got {text!r}")
+    return mode
+
+
+def parse_listen(text: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` or ``off``."""
+    if parse_text(text).strip().lower() == "off":
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT or off, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def parse_service_url(text: str) -> str:
+    ServiceUrl.parse(parse_text(text))
+    return text
+
+
+def parse_log_level(text: str) -> str:
+    level = parse_text(text).strip().lower()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"expected {_either(LOG_LEVELS)}, got {text!r}")
+    return level
+
+
+def parse_compression(text: str) -> Compression:
+    name = parse_text(text).strip().lower()
+    if name not in tuple(Compression):
+        raise ValueError(f"expected one of {', '.join(Compression)}, got {text!r}")
+    return Compression(name)
+
+
+def parse_fsync_policy(value: object) -> FsyncPolicy:
+    policy = parse_text(value).strip().lower()
+    if policy not in tuple(FsyncPolicy):
+        raise ValueError(f"expected {_either(FsyncPolicy)}, got {value!r}")
+    return FsyncPolicy(policy)
+
+
+def _either(words: Iterable[str]) -> str:
+    """``("a", "b", "c")`` -> ``"a, b or c"``."""
+    *most, last = words
+    return f"{', '.join(most)} or {last}" if most else last
+
+
+def parse_text(value: object) -> str:
+    """String options must be strings (TOML could hand us a number or a list)."""
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value
+
+
+def parse_path(value: object) -> str:
+    path = parse_text(value)
+    if not path:
+        raise ValueError("expected a path, got an empty string")
+    return path
+
+
+def parse_optional_path(value: object) -> str | None:
+    return None if value is None else parse_path(value)
+
+
+def parse_optional_dir(value: object) -> str:
+    """A directory path, or the empty string for "off"."""
+    return parse_text(value).strip()
+
+
+def parse_positive_int(text: str | int) -> int:
+    if isinstance(text, bool) or not isinstance(text, int | str):
+        raise ValueError(f"expected a positive integer, got {text!r}")
+    value = int(text)
+    if value <= 0:
+        raise ValueError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def parse_non_negative_int(text: str | int) -> int:
+    if isinstance(text, bool) or not isinstance(text, int | str):
+        raise ValueError(f"expected a non-negative integer, got {text!r}")
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
+def parse_non_negative_number(text: str | float) -> float:
+    if isinstance(text, bool) or not isinstance(text, int | float | str):
+        raise ValueError(f"expected a non-negative number, got {text!r}")
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"expected a non-negative number, got {text!r}")
+    return value
+
+
+def parse_positive_number(text: str | float) -> float:
+    value = parse_non_negative_number(text)
+    if value == 0:
+        raise ValueError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def parse_bool(value: object) -> bool:
+    """A TOML boolean, or ``true``/``false`` (also ``yes``/``no``, ``on``/``off``, ``1``/``0``)."""
+    if isinstance(value, bool):
+        return value
+    text = parse_text(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def parse_group(value: object) -> str | None:
+    """A group name or numeric id that exists (checked now, resolved again at bind)."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        name = str(value)
+    else:
+        name = parse_text(value)
+    name = name.strip()
+    if not name:
+        raise ValueError("expected a group name or id, got an empty string")
+    try:
+        group_id(name)
+    except KeyError:
+        raise ValueError(f"unknown group {name!r}") from None
+    return name

@@ -1,0 +1,26 @@
+"""Option words that more than one part of the daemon must agree on, defined once.
+
+The configuration accepts exactly these values; the batch and spool code act on
+them.  ``StrEnum`` members are strings, so they compare, hash and print as the
+words themselves.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Compression(StrEnum):
+    """Batch compression (``--compression``); ``batch.compression.CODECS`` has one codec each."""
+
+    NONE = "none"
+    LZ4 = "lz4"
+    ZLIB = "zlib"
+
+
+class FsyncPolicy(StrEnum):
+    """When the spool makes appended records durable (``--spool-fsync``)."""
+
+    ALWAYS = "always"  # every append
+    INTERVAL = "interval"  # about once a second
+    NEVER = "never"  # left to the kernel
