@@ -8,6 +8,7 @@ with what memory really holds.
 
 from __future__ import annotations
 
+import itertools
 import struct
 import tempfile
 from pathlib import Path
@@ -18,8 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from pulsar_bruce import reasons
-from pulsar_bruce.batch.batch_builder import encode_key_field
-from pulsar_bruce.frame import pulsar_api_pb2 as pb
+from pulsar_bruce.batch.batch_builder import encode_key_field, entry_offsets
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation
 from pulsar_bruce.model.ledger import Ledger, memory_charge
@@ -290,15 +290,12 @@ def confirmation() -> Confirmation:
 
 
 def split_values(payload: bytes) -> list[bytes]:
+    """The values of a batch payload's entries ``[u32 size][metadata][value]``."""
+    offsets = [*entry_offsets(payload), len(payload)]
     values = []
-    offset = 0
-    while offset < len(payload):
-        (size,) = struct.unpack_from(">I", payload, offset)
-        metadata = pb.SingleMessageMetadata()
-        metadata.ParseFromString(payload[offset + 4 : offset + 4 + size])
-        offset += 4 + size
-        values.append(payload[offset : offset + metadata.payload_size])
-        offset += metadata.payload_size
+    for start, end in itertools.pairwise(offsets):
+        (metadata_size,) = struct.unpack_from(">I", payload, start)
+        values.append(payload[start + 4 + metadata_size : end])
     return values
 
 
