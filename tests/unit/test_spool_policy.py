@@ -248,12 +248,6 @@ def test_an_empty_spool_with_held_datagrams_keeps_spilling(tmp_path: Path) -> No
 # -- known problems (strict xfail: they pass once fixed, and then fail until unmarked) --------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="watch_brokers forgets an outage once memory is empty (buffered == spooled), so "
-    "replay_room lets the spool drain into memory with no broker reachable; those batches "
-    "then expire as send_timeout: an outage longer than send_timeout_s empties the spool",
-)
 def test_no_replay_while_no_broker_is_reachable(tmp_path: Path) -> None:
     policy = outage_policy(tmp_path)
     policy.watch_brokers(0.0, reachable=False)

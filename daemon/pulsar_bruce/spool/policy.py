@@ -100,13 +100,19 @@ class SpoolPolicy:
             self.ledger.discard_spilled(reasons.BUFFER_FULL, len(held))
 
     def watch_brokers(self, now: float, reachable: bool) -> None:
-        """No broker reachable for ``unreachable_after_s`` while messages wait: spill."""
-        ledger = self.ledger
-        if self.store is None or reachable or ledger.buffered_messages == ledger.spooled_messages:
+        """No broker reachable for ``unreachable_after_s`` while messages wait: spill.
+
+        An outage starts when messages wait in memory and no broker is reachable,
+        and lasts until one is reachable again (memory emptying by send timeouts
+        does not end it), so the spool is not replayed into a dead end.
+        """
+        if self.store is None or reachable:
             self._unreachable_since = None
             return
         if self._unreachable_since is None:
-            self._unreachable_since = now
+            ledger = self.ledger
+            if ledger.buffered_messages > ledger.spooled_messages:
+                self._unreachable_since = now
         elif now - self._unreachable_since >= self.unreachable_after_s and not self.spilling:
             log.warning(
                 "no broker reachable for %.0f s: new messages go to the spool %s",
