@@ -78,9 +78,9 @@ class Outcomes:
         self.ledger.discard(reason, batch.count, batch.buffer_bytes, topic.stats)
         if batch.tags:
             settle_tags(batch.tags, reason)
-        self._batch_evidence(reason, topic, batch)
+        self.batch_evidence(reason, topic, batch)
 
-    def _batch_evidence(self, reason: str, topic: Topic, batch: SealedBatch) -> None:
+    def batch_evidence(self, reason: str, topic: Topic, batch: SealedBatch) -> None:
         if self.evidence is not None:
             try:
                 self.evidence.batch(reason, topic.name, batch)
@@ -135,7 +135,7 @@ class TopicDelivery:
                 if observer is not None:
                     observer.batch_sent(batch.count)
             elif outcomes.evidence is not None:
-                outcomes._batch_evidence("possible_duplicate", self.topic, batch)
+                outcomes.batch_evidence("possible_duplicate", self.topic, batch)
 
     def batch_acked(self, batch: SealedBatch, latency_s: float) -> None:
         self.outcomes.acked(self.topic, batch)
