@@ -260,12 +260,6 @@ def test_no_replay_while_no_broker_is_reachable(tmp_path: Path) -> None:
     assert policy.replay_room() == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SpoolStore keeps one cursor: reading a shutdown front segment in parts overwrites "
-    "the cursor of the head segment it was written before, so the head's replayed records "
-    "come back again (duplicates) and size_bytes reaches 0 with records left on disk",
-)
 def test_a_front_segment_read_in_parts_keeps_the_heads_cursor(tmp_path: Path) -> None:
     head = [bytes([n]) * 50 for n in range(3)]
     store = open_store(tmp_path)

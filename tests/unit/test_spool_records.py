@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pulsar_bruce.spool import records
@@ -134,3 +137,165 @@ def test_records_name_their_segment_so_a_restart_tells_old_from_new(tmp_path: Pa
         (b"datagram-1", True),
         (b"datagram-2", False),
     ]
+
+
+# -- cursors: a partly read head, a shutdown front, restarts ----------------------------------
+
+
+def tagged(tag: str, i: int) -> bytes:
+    """A record of about 60 bytes, so a 20-byte read budget takes exactly one."""
+    return records.encode(records.DATAGRAM, b"%s-%02d-" % (tag.encode(), i) + b"." * 40)
+
+
+def reopen(directory: Path, fsync: str = "never", segment_bytes: int = 200) -> SpoolStore:
+    store = SpoolStore(directory, max_bytes=10**6, fsync=fsync, segment_bytes=segment_bytes)
+    store.open()
+    return store
+
+
+def body_of(record: bytes) -> bytes:
+    [(_, body)] = records.iter_records(record)
+    return body
+
+
+def replay_after_a_crash(directory: Path, scratch: Path) -> tuple[int, list[bytes]]:
+    """What a start on a copy of ``directory`` (its state if the process died now) holds
+    and replays."""
+    shutil.copytree(directory, scratch)
+    store = reopen(scratch)
+    size, got = store.size_bytes, []
+    while not store.is_empty:
+        got += bodies(store.read(10**6))
+    shutil.rmtree(scratch)
+    return size, got
+
+
+def drain_checking_every_step(
+    store: SpoolStore, expected: list[bytes], budget: int, scratch: Path
+) -> None:
+    """Read ``store`` dry in ``budget`` chunks: each record once, in order; ``size_bytes``
+    exactly what is left (0 only at the end); a crash at any step loses and repeats nothing."""
+    left = list(expected)
+    assert store.size_bytes == sum(map(len, left))
+    while left:
+        got = bodies(store.read(budget))
+        assert got and got == [body_of(record) for record in left[: len(got)]]
+        del left[: len(got)]
+        assert store.size_bytes == sum(map(len, left))
+        assert store.is_empty == (not left)
+        size, replayed = replay_after_a_crash(store.directory, scratch)
+        assert (size, replayed) == (sum(map(len, left)), [body_of(record) for record in left])
+    assert store.read(budget) == [] and store.is_empty
+    assert list(store.directory.glob("seg-*")) == []
+
+
+@pytest.mark.parametrize("fsync", ["never", "always"])
+@pytest.mark.parametrize("budget", [20, 100, 10**6])  # one record a read; across segments; all
+def test_a_partly_read_head_behind_a_front_gives_every_record_once(
+    tmp_path: Path, fsync: str, budget: int
+) -> None:
+    spool, scratch = tmp_path / "spool", tmp_path / "scratch"
+    head = [tagged("head", i) for i in range(8)]  # over several 200-byte segments
+    front = [tagged("front", i) for i in range(4)]
+    store = reopen(spool, fsync)
+    for record in head:
+        store.append(record)
+    assert bodies(store.read(20)) == [body_of(head[0])]  # replayed before the shutdown
+    store.write_front(front)
+    assert store.size_bytes == sum(map(len, front + head[1:]))
+    store.close()
+
+    drain_checking_every_step(reopen(spool, fsync), front + head[1:], budget, scratch)
+
+
+def test_a_restart_while_the_front_is_half_read_keeps_both_places(tmp_path: Path) -> None:
+    spool, scratch = tmp_path / "spool", tmp_path / "scratch"
+    head = [tagged("head", i) for i in range(6)]
+    front = [tagged("front", i) for i in range(4)]
+    store = reopen(spool, "always")
+    for record in head:
+        store.append(record)
+    assert bodies(store.read(2 * len(head[0]))) == list(map(body_of, head[:2]))
+    store.write_front(front)
+    store.close()
+
+    again = reopen(spool, "always")
+    assert bodies(again.read(20)) + bodies(again.read(20)) == list(map(body_of, front[:2]))
+    later = [tagged("later", i) for i in range(2)]  # memory at the second shutdown
+    again.write_front(later)
+    again.close()
+    assert len((spool / "cursor").read_text().splitlines()) == 2  # the front's and the head's
+
+    drain_checking_every_step(reopen(spool), later + front[2:] + head[2:], 20, scratch)
+
+
+def test_a_cursor_file_of_an_earlier_version_is_resumed(tmp_path: Path) -> None:
+    segment = tmp_path / "seg-000000000001.spool"
+    segment.write_bytes(datagram(0) + datagram(1) + datagram(2))
+    (tmp_path / "cursor").write_text(f"seg-000000000001.spool {len(datagram(0))}")
+    store = reopen(tmp_path)
+    assert store.size_bytes == len(datagram(1) + datagram(2))
+    assert bodies(store.read(10**6)) == [b"datagram-1", b"datagram-2"]
+
+    segment.write_bytes(datagram(3))
+    (tmp_path / "cursor").write_text(" 0")  # what an earlier version wrote with nothing read
+    assert bodies(reopen(tmp_path).read(10**6)) == [b"datagram-3"]
+
+
+def test_a_cursor_line_left_by_a_crash_is_dropped_and_its_name_never_reused(
+    tmp_path: Path,
+) -> None:
+    # The crash came between deleting a read segment and saving the cursor; another
+    # segment lost its end (fsync never) while its offset was saved.
+    (tmp_path / "seg-000000000002.spool").write_bytes(datagram(1))
+    (tmp_path / "cursor").write_text("seg-000000000002.spool 999\nseg-000000000005.spool 40")
+    store = reopen(tmp_path)
+    assert store.size_bytes == 0 and (tmp_path / "cursor").read_text() == (
+        "seg-000000000002.spool " + str(len(datagram(1)))
+    )
+    store.append(datagram(7))
+    assert store.segment_names()[-1] == "seg-000000000006.spool"
+    assert bodies(store.read(10**6)) == [b"datagram-7"] and store.is_empty
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("append"), st.integers(1, 6)),
+            st.tuples(st.just("read"), st.sampled_from([1, 70, 150, 10**6])),
+            st.tuples(st.just("restart"), st.integers(0, 4)),  # with a front of that many
+        ),
+        max_size=25,
+    )
+)
+def test_any_mix_of_appends_reads_fronts_and_restarts_replays_each_record_once(
+    steps: list[tuple[str, int]],
+) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        spool = Path(directory)
+        store, made = reopen(spool, segment_bytes=150), 0
+        model: list[bytes] = []
+        for action, n in steps:
+            if action == "read":
+                got = bodies(store.read(n))
+                assert got == [body_of(record) for record in model[: len(got)]]
+                assert got or not model
+                del model[: len(got)]
+            else:
+                fresh = [tagged(action, made + i) for i in range(n)]
+                made += n
+                if action == "append":
+                    for record in fresh:
+                        store.append(record)
+                    model += fresh
+                else:
+                    store.write_front(fresh)
+                    store.close()
+                    store, model = reopen(spool, segment_bytes=150), fresh + model
+            assert store.size_bytes == sum(map(len, model))
+        got = []
+        while not store.is_empty:
+            got += bodies(store.read(100))
+        assert got == [body_of(record) for record in model]
+        assert list(spool.glob("seg-*")) == []

@@ -1,10 +1,13 @@
 """Spool segment files: appended at the tail, read back from the head, in order.
 
 The directory holds ``seg-<n>.spool`` files (rotated at ``segment_bytes``) and
-a ``cursor`` file naming the segment being read and the offset reached in it.
-A fully read segment is deleted.  At shutdown, batches still in memory are
-written to a *front* segment that sorts before the head (``seg-<n>.0front.spool``),
-so they are replayed first, as they are older than anything already spooled.
+a ``cursor`` file with one ``<segment> <offset>`` line per partly read segment
+(one line is the format of earlier versions).  A fully read segment is deleted.
+At shutdown, batches still in memory are written to a *front* segment that
+sorts before the head (``seg-<n>.0front.spool``), so they are replayed first,
+as they are older than anything already spooled.  The head may be partly read
+by then, and the front may be read in parts after the next start: so each
+segment keeps its own offset, and neither read loses the other's place.
 
 Durability follows ``fsync``: ``always`` (every append), ``interval`` (the
 edge calls :meth:`SpoolStore.sync` about once a second) or ``never``.
@@ -46,8 +49,9 @@ class SpoolStore:
         self._tail_name = ""
         self._tail_size = 0
         self._dirty = False
-        self._cursor_name = ""
-        self._cursor_offset = 0
+        #: Offset reached in each partly read segment (absent: not read yet).
+        self._offsets: dict[str, int] = {}
+        self._saved_cursor = ""
         self._next_number = 1
 
     # -- opening ------------------------------------------------------------------------
@@ -55,17 +59,23 @@ class SpoolStore:
     def open(self) -> None:
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         segments = self._segments()
+        sizes = {name: (self.directory / name).stat().st_size for name in segments}
         cursor = self.directory / _CURSOR
-        if cursor.exists():
-            name, _, offset = cursor.read_text().partition(" ")
-            if name in segments and offset.strip().isdigit():
-                self._cursor_name, self._cursor_offset = name, int(offset)
-        for name in segments:
-            self.size_bytes += (self.directory / name).stat().st_size
-        if self._cursor_name:
-            self.size_bytes -= self._cursor_offset
-        if segments:
-            self._next_number = _number(segments[-1]) + 1
+        text = cursor.read_text() if cursor.exists() else ""
+        named: list[str] = []
+        for line in text.splitlines():
+            name, _, offset = line.partition(" ")
+            named.append(name)
+            if name in sizes and offset.strip().isdigit() and int(offset) > 0:
+                self._offsets[name] = min(int(offset), sizes[name])
+        self.size_bytes = sum(sizes.values()) - sum(self._offsets.values())
+        # A name the cursor file still mentions (a crash between deleting a read segment
+        # and saving the cursor) is never given to a new segment.
+        numbers = [_number(name) for name in segments + named if name.startswith("seg-")]
+        self._next_number = max(numbers, default=0) + 1
+        self._saved_cursor = text
+        if self._cursor_text() != text:  # stale lines dropped: for good, before any new segment
+            self._save_cursor(durable=self.fsync is not FsyncPolicy.NEVER)
 
     def segment_names(self) -> list[str]:
         """The segment files there are now, oldest first."""
@@ -125,6 +135,8 @@ class SpoolStore:
         head = segments[0] if segments else f"seg-{self._next_number:012d}{_SUFFIX}"
         name = head.removesuffix(_SUFFIX) + ".0front" + _SUFFIX
         path = self.directory / name
+        # The head's offset is on disk before the front is, and no stale line can name it.
+        self._save_cursor(durable=self.fsync is not FsyncPolicy.NEVER)
         with path.open("ab") as handle:
             for record in front:
                 handle.write(record)
@@ -146,11 +158,11 @@ class SpoolStore:
             if budget <= 0:
                 break
             path = self.directory / name
-            offset = self._cursor_offset if name == self._cursor_name else 0
+            offset = self._offsets.get(name, 0)
             is_tail = name == self._tail_name
             with path.open("rb") as handle:
                 handle.seek(offset)
-                data = handle.read(budget)
+                data = handle.read(max(budget, records.HEADER_SIZE))
                 whole = records.first_record_size(data)
                 if whole > len(data):  # the budget is smaller than the next record
                     data += handle.read(whole - len(data))
@@ -164,14 +176,14 @@ class SpoolStore:
             finished = at_end and result.consumed == len(data)
             if finished and not is_tail:
                 path.unlink()
+                self._offsets.pop(name, None)
                 continue
             if finished and is_tail:
                 self._reset_tail()
                 break
-            self._save_cursor(name, offset)
+            self._offsets[name] = offset
             break  # this segment is not done: the next one must wait
-        else:
-            self._save_cursor("", 0)
+        self._save_cursor()
         return out
 
     def _reset_tail(self) -> None:
@@ -182,16 +194,34 @@ class SpoolStore:
             with contextlib.suppress(OSError):
                 (self.directory / self._tail_name).unlink()
         self._tail_name = ""
-        self._save_cursor("", 0)
+        self._offsets.clear()  # the tail is the last segment: all before it are gone
+        self._save_cursor()
         self.size_bytes = 0
 
-    def _save_cursor(self, name: str, offset: int) -> None:
-        if (name, offset) == (self._cursor_name, self._cursor_offset):
+    def _save_cursor(self, durable: bool = False) -> None:
+        """Replace the cursor file (atomically) when an offset moved; ``durable`` also
+        fsyncs it and the directory, for the moments a stale cursor could cost data."""
+        text = self._cursor_text()
+        if text == self._saved_cursor and not durable:
             return
-        self._cursor_name, self._cursor_offset = name, offset
         temporary = self.directory / (_CURSOR + ".tmp")
-        temporary.write_text(f"{name} {offset}")
+        with temporary.open("w") as handle:
+            handle.write(text)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         temporary.replace(self.directory / _CURSOR)
+        if durable:
+            directory = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+        self._saved_cursor = text
+
+    def _cursor_text(self) -> str:
+        # One line, no newline, when one segment is partly read: what earlier versions read.
+        return "\n".join(f"{name} {offset}" for name, offset in sorted(self._offsets.items()))
 
     def close(self) -> None:
         self._close_tail()
