@@ -15,40 +15,27 @@ reading (backpressure), and with ``loop.add_reader`` for flush confirmations.
 from __future__ import annotations
 
 import asyncio
-import errno
-import math
 import os
 import socket
-import time
 from types import TracebackType
 
-from .client import connect_datagram
-from .encoding import Payload, encode_any_partition, encode_partition_key
-from .errors import (
-    DaemonUnavailableError,
-    MessageTooLargeError,
-    SendTimeoutError,
-    StreamClosedError,
-    StreamProtocolError,
-    ToPulsarError,
-)
-from .paths import resolve_socket_path, resolve_stream_socket_path
-from .protocol import FlushResult, StreamState, check_record
-from .stream import (
-    CLOSED_ERRNOS,
-    DEFAULT_CHUNK_BYTES,
-    RECV_BYTES,
-    SEND_FLAGS,
+from .aio_stream import AsyncStreamSender
+from .core import (
+    RECONNECT,
+    WAIT,
     check_timeout,
-    closed_error,
-    connect_stream,
-    encode_record,
+    connect_unix,
+    encode_message,
+    gone_again_error,
+    send_action,
+    send_error,
 )
+from .encoding import Payload
+from .errors import SendTimeoutError, ToPulsarError
+from .paths import resolve_socket_path
+from .protocol import FlushResult
 
 __all__ = ["AsyncSender", "AsyncStreamSender", "FlushResult"]
-
-# errnos meaning "the daemon we were connected to is gone": worth one reconnect.
-_RECONNECT_ERRNOS = frozenset({errno.ECONNREFUSED, errno.ENOENT, errno.ENOTCONN})
 
 
 class AsyncSender:
@@ -67,12 +54,8 @@ class AsyncSender:
         socket_path: str | os.PathLike[str] | None = None,
         timeout: float | None = 5.0,
     ) -> None:
-        if timeout is not None and not timeout >= 0:  # also rejects NaN
-            raise ValueError(f"timeout must be >= 0 or None, got {timeout}")
-        if timeout == math.inf:
-            timeout = None
+        self._timeout = check_timeout(timeout)
         self._path = resolve_socket_path(socket_path)
-        self._timeout = timeout
         self._closed = False
         # Serialises the sends that have to wait; created lazily in the running loop.
         self._lock: asyncio.Lock | None = None
@@ -105,15 +88,7 @@ class AsyncSender:
         Without ``partition_key`` the daemon picks the partition (AnyPartition);
         ``timestamp_ms`` defaults to now, 0 means "no event time".
         """
-        if timestamp_ms is None:
-            timestamp_ms = time.time_ns() // 1_000_000
-        if partition_key is None:
-            datagram = encode_any_partition(topic, value, b"" if key is None else key, timestamp_ms)
-        else:
-            datagram = encode_partition_key(
-                partition_key, topic, value, b"" if key is None else key, timestamp_ms
-            )
-        await self.send_raw(datagram)
+        await self.send_raw(encode_message(topic, value, key, partition_key, timestamp_ms))
 
     async def send_raw(self, datagram: bytes) -> None:
         """Send an already encoded datagram, waiting (up to the timeout) while the queue is full."""
@@ -130,7 +105,7 @@ class AsyncSender:
     def close(self) -> None:
         """Close the socket; a send waiting for room and later sends raise ToPulsarError.
 
-        Idempotent.
+        Idempotent. Nothing is buffered here: every send was one datagram.
         """
         if self._closed:
             return
@@ -161,29 +136,30 @@ class AsyncSender:
     # Slow paths.
 
     def _try_send(self, datagram: bytes) -> bool:
-        """One non-blocking send: True if sent, False if the queue is full; raises otherwise."""
+        """One non-blocking send: True if sent, False if the queue is full; raises otherwise.
+
+        The daemon gone (restarted, or shutting down: EPIPE) means one reconnect.
+        """
         try:
             self._sock.send(datagram)
             return True
-        except BlockingIOError:
-            return False
         except OSError as exc:
-            if exc.errno not in _RECONNECT_ERRNOS:
-                raise self._translate(exc, len(datagram)) from exc
-            # The daemon restarted: reconnect once and retry.
-            self._reconnect()
-            try:
-                self._sock.send(datagram)
-                return True
-            except BlockingIOError:
+            action = send_action(exc)
+            if action == WAIT:
                 return False
-            except OSError as retry_exc:
-                if retry_exc.errno in _RECONNECT_ERRNOS:
-                    raise DaemonUnavailableError(
-                        f"daemon on {self._path} went away and did not come back "
-                        f"({retry_exc.strerror})"
-                    ) from retry_exc
-                raise self._translate(retry_exc, len(datagram)) from retry_exc
+            if action != RECONNECT:
+                raise send_error(exc, self._path, len(datagram), self._timeout) from exc
+        self._reconnect()
+        try:
+            self._sock.send(datagram)
+            return True
+        except OSError as retry_exc:
+            action = send_action(retry_exc)
+            if action == WAIT:
+                return False
+            if action == RECONNECT:
+                raise gone_again_error(retry_exc, self._path) from retry_exc
+            raise send_error(retry_exc, self._path, len(datagram), self._timeout) from retry_exc
 
     async def _send_waiting(self, datagram: bytes) -> None:
         """Wait in line, then wait for writability and retry until sent or timed out."""
@@ -227,7 +203,7 @@ class AsyncSender:
 
     def _connect(self) -> socket.socket:
         """A new non-blocking socket connected to the daemon."""
-        sock = connect_datagram(self._path)
+        sock = connect_unix(self._path, socket.SOCK_DGRAM)
         sock.setblocking(False)
         return sock
 
@@ -237,300 +213,3 @@ class AsyncSender:
         old = self._sock
         self._sock = new
         old.close()
-
-    def _translate(self, exc: OSError, size: int) -> ToPulsarError:
-        """Map an OSError from send() to the client's exception hierarchy."""
-        if exc.errno == errno.EMSGSIZE:
-            return MessageTooLargeError(size)
-        if exc.errno in _RECONNECT_ERRNOS:
-            return DaemonUnavailableError(f"no daemon listening on {self._path} ({exc.strerror})")
-        return ToPulsarError(f"send to {self._path} failed ({exc.strerror or exc})")
-
-
-class AsyncStreamSender:
-    """asyncio :class:`~to_pulsar.stream.StreamSender`: ``await send()``, ``await flush()``.
-
-    Connects at construction (no event loop needed; :class:`DaemonUnavailableError`
-    if nobody listens). Same arguments, results and errors as the sync client; a
-    write the daemon does not take (backpressure) waits on the event loop, up to
-    ``timeout``. Sends from concurrent tasks keep their order, and go on while a
-    flush waits for its answer. A cancelled or timed-out write keeps the connection
-    usable: what was not written stays buffered.
-
-    ``async with`` writes out what is buffered on a normal exit (:meth:`aclose`);
-    :meth:`close` closes at once and drops it.
-    """
-
-    __slots__ = (
-        "_chunk",
-        "_closed",
-        "_io_waits",
-        "_path",
-        "_read_lock",
-        "_sock",
-        "_state",
-        "_timeout",
-        "_waiting",
-        "_write_lock",
-    )
-
-    def __init__(
-        self,
-        socket_path: str | os.PathLike[str] | None = None,
-        timeout: float | None = 30.0,
-        *,
-        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    ) -> None:
-        self._timeout = check_timeout(timeout)
-        self._path = resolve_stream_socket_path(socket_path)
-        self._chunk = max(1, chunk_bytes)
-        self._state = StreamState()
-        self._closed: ToPulsarError | None = None
-        # Created lazily in the running loop: writes (and flush requests) go out one
-        # task at a time, and one task at a time reads answers.
-        self._write_lock: asyncio.Lock | None = None
-        self._read_lock: asyncio.Lock | None = None
-        self._waiting = 0  # sends queued for the write lock; later sends queue behind them
-        # The futures tasks sleep on for readiness (key: readable?), so close() can wake them.
-        self._io_waits: dict[bool, asyncio.Future[None]] = {}
-        self._sock = connect_stream(self._path, self._timeout)
-        self._sock.setblocking(False)
-
-    @property
-    def socket_path(self) -> str:
-        return self._path
-
-    @property
-    def timeout(self) -> float | None:
-        return self._timeout
-
-    @property
-    def closed(self) -> bool:
-        return self._closed is not None
-
-    @property
-    def unconfirmed(self) -> int:
-        """Messages sent on this connection that no answered flush has covered yet."""
-        return self._state.unconfirmed_total
-
-    async def send(
-        self,
-        topic: str | bytes,
-        value: Payload,
-        *,
-        key: Payload | None = None,
-        partition_key: int | None = None,
-        timestamp_ms: int | None = None,
-    ) -> None:
-        """Encode and queue one message (same arguments as :meth:`StreamSender.send`)."""
-        await self._append(encode_record(topic, value, key, partition_key, timestamp_ms))
-
-    async def send_raw(self, record: bytes) -> None:
-        """Queue an already encoded AnyPartition/PartitionKey record."""
-        check_record(record)
-        await self._append(bytes(record))
-
-    async def flush(self, timeout: float | None = None) -> FlushResult:
-        """Write out the buffer, wait for the daemon's counts (as :meth:`StreamSender.flush`)."""
-        wait = self._timeout if timeout is None else check_timeout(timeout)
-        loop = asyncio.get_running_loop()
-        deadline = None if wait is None else loop.time() + wait
-        state = self._state
-        request_id: int | None = None
-        try:
-            async with asyncio.timeout_at(deadline):
-                async with self._lock("_write_lock"):
-                    self._check_open()
-                    request_id = state.request_flush()
-                    await self._write_out(loop)
-                while not state.is_answered(request_id):
-                    async with self._lock("_read_lock"):
-                        if not state.is_answered(request_id):
-                            await self._read_answers(loop)
-        except TimeoutError:
-            if request_id is None:  # still waiting for the write lock: nothing requested
-                raise SendTimeoutError(
-                    f"daemon stream socket {self._path}: no flush within {wait}s "
-                    "(other writes held the connection)"
-                ) from None
-            state.abandon(request_id)
-            raise SendTimeoutError(
-                f"no flush confirmation from the daemon on {self._path} within {wait}s "
-                f"({self.unconfirmed} messages unconfirmed; they count in the next flush)"
-            ) from None
-        except BaseException:
-            if request_id is not None and not state.is_answered(request_id):
-                state.abandon(request_id)  # e.g. cancelled: the next flush gets its counts
-            raise
-        return state.take(request_id)
-
-    async def aclose(self) -> None:
-        """Write out what is still buffered (up to ``timeout``), then close. Idempotent."""
-        if self._closed is not None:
-            return
-        try:
-            if self._state.out:
-                async with asyncio.timeout(self._timeout), self._lock("_write_lock"):
-                    if self._closed is None:
-                        await self._write_out(asyncio.get_running_loop())
-        except TimeoutError:
-            raise self._write_timed_out(self._timeout) from None
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        """Close at once, dropping whatever is still buffered. Idempotent."""
-        self._shut(ToPulsarError("AsyncStreamSender is closed"))
-
-    async def __aenter__(self) -> AsyncStreamSender:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            await self.aclose()
-        else:
-            self.close()
-
-    def __repr__(self) -> str:
-        state = "closed" if self._closed is not None else "open"
-        return f"<AsyncStreamSender {self._path!r} timeout={self._timeout} {state}>"
-
-    # Internals.
-
-    def _lock(self, name: str) -> asyncio.Lock:
-        lock: asyncio.Lock | None = getattr(self, name)
-        if lock is None:
-            lock = asyncio.Lock()
-            setattr(self, name, lock)
-        return lock
-
-    async def _append(self, record: bytes) -> None:
-        self._check_open()
-        state = self._state
-        if not self._waiting and len(state.out) < self._chunk:
-            state.append(record)  # fast path: room in the buffer and nobody queued before us
-            return
-        self._waiting += 1
-        try:
-            async with asyncio.timeout(self._timeout), self._lock("_write_lock"):
-                self._check_open()
-                if len(state.out) >= self._chunk:
-                    await self._write_out(asyncio.get_running_loop())
-        except TimeoutError:
-            raise self._write_timed_out(self._timeout) from None
-        finally:
-            self._waiting -= 1
-        state.append(record)
-
-    async def _write_out(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Write the whole buffer, waiting for writability on the loop (the caller's
-        ``asyncio.timeout`` bounds it).
-
-        No memoryview outlives an ``await`` (other tasks append to the buffer
-        meanwhile); what the kernel took is removed even on timeout or cancellation.
-        """
-        state = self._state
-        sock = self._sock
-        written = 0
-        try:
-            while written < len(state.out):
-                try:
-                    with memoryview(state.out) as view:
-                        written += sock.send(view[written:], SEND_FLAGS)
-                    continue
-                except BlockingIOError:
-                    pass
-                except OSError as exc:
-                    raise self._io_error(exc, "while writing") from exc
-                await self._wait_io(loop, readable=False)
-        finally:
-            state.wrote(written)
-
-    async def _read_answers(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Read once (waiting for data) and decode what came."""
-        while True:
-            self._check_open()
-            try:
-                data = self._sock.recv(RECV_BYTES)
-                break
-            except BlockingIOError:
-                await self._wait_io(loop, readable=True)
-            except OSError as exc:
-                raise self._io_error(exc, "while waiting for a flush confirmation") from exc
-        if not data:
-            raise self._fail(closed_error(self._path, self.unconfirmed, "before answering a flush"))
-        try:
-            self._state.received(data)
-        except StreamProtocolError as exc:
-            raise self._fail(exc) from None
-
-    async def _wait_io(self, loop: asyncio.AbstractEventLoop, *, readable: bool) -> None:
-        """Sleep until the socket is readable/writable, or close() is called."""
-        waiter: asyncio.Future[None] = loop.create_future()
-        fd = self._sock.fileno()
-
-        def ready() -> None:
-            if not waiter.done():
-                waiter.set_result(None)
-
-        if readable:
-            loop.add_reader(fd, ready)
-        else:
-            loop.add_writer(fd, ready)
-        self._io_waits[readable] = waiter
-        try:
-            await waiter
-        finally:
-            self._io_waits.pop(readable, None)
-            if self._closed is None:  # else close() has unregistered it
-                if readable:
-                    loop.remove_reader(fd)
-                else:
-                    loop.remove_writer(fd)
-        self._check_open()
-
-    def _write_timed_out(self, wait: float | None) -> SendTimeoutError:
-        return SendTimeoutError(
-            f"daemon stream socket {self._path} took no data for longer than {wait}s "
-            "(its buffer stays full)"
-        )
-
-    def _io_error(self, exc: OSError, when: str) -> ToPulsarError:
-        if self._closed is not None:
-            return StreamClosedError(f"the stream connection is unusable: {self._closed}")
-        if exc.errno in CLOSED_ERRNOS or isinstance(exc, ConnectionError):
-            return self._fail(closed_error(self._path, self.unconfirmed, when))
-        return self._fail(
-            ToPulsarError(f"stream socket {self._path} failed {when} ({exc.strerror or exc})")
-        )
-
-    def _fail(self, exc: ToPulsarError) -> ToPulsarError:
-        self._shut(exc)
-        return exc
-
-    def _shut(self, reason: ToPulsarError) -> None:
-        if self._closed is not None:
-            return
-        self._closed = reason
-        fd = self._sock.fileno()
-        for readable, waiter in list(self._io_waits.items()):
-            # Unregister before closing: the selector must not keep a closed (reusable) fd.
-            if readable:
-                waiter.get_loop().remove_reader(fd)
-            else:
-                waiter.get_loop().remove_writer(fd)
-            if not waiter.done():
-                waiter.set_result(None)  # the woken task sees the sender closed
-        self._io_waits.clear()
-        self._sock.close()
-
-    def _check_open(self) -> None:
-        if self._closed is not None:
-            if isinstance(self._closed, StreamClosedError | StreamProtocolError):
-                raise StreamClosedError(f"the stream connection is unusable: {self._closed}")
-            raise self._closed

@@ -2,31 +2,27 @@
 
 from __future__ import annotations
 
-import errno
 import math
 import os
 import socket
 import struct
-import time
 from collections.abc import Callable
 from types import TracebackType
 
-from .encoding import Payload, encode_any_partition, encode_partition_key
-from .errors import (
-    DaemonUnavailableError,
-    MessageTooLargeError,
-    SendTimeoutError,
-    ToPulsarError,
+from .core import (
+    RECONNECT,
+    check_timeout,
+    connect_unix,
+    encode_message,
+    gone_again_error,
+    send_action,
+    send_error,
 )
+from .encoding import Payload
+from .errors import ToPulsarError
 from .paths import resolve_socket_path
 
 __all__ = ["Sender"]
-
-# errnos meaning "the daemon we were connected to is gone" (EPIPE: it is shutting
-# down and refuses new datagrams): worth one reconnect.
-_RECONNECT_ERRNOS = frozenset({errno.ECONNREFUSED, errno.ENOENT, errno.ENOTCONN, errno.EPIPE})
-
-_time_ns = time.time_ns
 
 
 def _apply_timeout(sock: socket.socket, timeout: float | None) -> None:
@@ -43,22 +39,6 @@ def _apply_timeout(sock: socket.socket, timeout: float | None) -> None:
         micros = max(1, math.ceil(timeout * 1_000_000))
         sec, usec = divmod(micros, 1_000_000)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("@ll", sec, usec))
-
-
-def connect_datagram(path: str) -> socket.socket:
-    """A datagram socket connected to the daemon; "nobody there" is DaemonUnavailableError."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    try:
-        sock.connect(path)
-    except (FileNotFoundError, ConnectionRefusedError) as exc:
-        sock.close()
-        raise DaemonUnavailableError(f"no daemon listening on {path} ({exc.strerror})") from exc
-    except OSError as exc:
-        sock.close()
-        raise DaemonUnavailableError(
-            f"cannot connect to daemon socket {path} ({exc.strerror or exc})"
-        ) from exc
-    return sock
 
 
 def _closed_send(datagram: bytes, /) -> int:
@@ -87,12 +67,8 @@ class Sender:
         socket_path: str | os.PathLike[str] | None = None,
         timeout: float | None = 5.0,
     ) -> None:
-        if timeout is not None and not timeout >= 0:  # also rejects NaN
-            raise ValueError(f"timeout must be >= 0 or None, got {timeout}")
-        if timeout == math.inf:
-            timeout = None
+        self._timeout = check_timeout(timeout)
         self._path = resolve_socket_path(socket_path)
-        self._timeout = timeout
         self._sock = self._connect()
         self._send = self._sock.send
 
@@ -120,14 +96,7 @@ class Sender:
         Without ``partition_key`` the daemon picks the partition (AnyPartition);
         ``timestamp_ms`` defaults to now, 0 means "no event time".
         """
-        if timestamp_ms is None:
-            timestamp_ms = _time_ns() // 1_000_000
-        if partition_key is None:
-            datagram = encode_any_partition(topic, value, b"" if key is None else key, timestamp_ms)
-        else:
-            datagram = encode_partition_key(
-                partition_key, topic, value, b"" if key is None else key, timestamp_ms
-            )
+        datagram = encode_message(topic, value, key, partition_key, timestamp_ms)
         try:
             self._send(datagram)
         except OSError as exc:
@@ -141,7 +110,10 @@ class Sender:
             self._recover(datagram, exc)
 
     def close(self) -> None:
-        """Close the socket; later sends raise ToPulsarError. Idempotent."""
+        """Close the socket; later sends raise ToPulsarError. Idempotent.
+
+        Nothing is buffered here: every send was one datagram, handed to the daemon.
+        """
         self._send = _closed_send
         self._sock.close()
 
@@ -163,7 +135,7 @@ class Sender:
     # Slow paths: kept out of send() so the common case stays a single call.
 
     def _connect(self) -> socket.socket:
-        sock = connect_datagram(self._path)
+        sock = connect_unix(self._path, socket.SOCK_DGRAM)
         _apply_timeout(sock, self._timeout)
         return sock
 
@@ -181,31 +153,13 @@ class Sender:
 
     def _recover(self, datagram: bytes, exc: OSError) -> None:
         """Handle a failed send: reconnect once if the daemon went away, else translate."""
-        if exc.errno in _RECONNECT_ERRNOS:
+        if send_action(exc) == RECONNECT:
             self._reconnect()
             try:
                 self._send(datagram)
                 return
             except OSError as retry_exc:
-                if retry_exc.errno in _RECONNECT_ERRNOS:
-                    raise DaemonUnavailableError(
-                        f"daemon on {self._path} went away and did not come back "
-                        f"({retry_exc.strerror})"
-                    ) from retry_exc
+                if send_action(retry_exc) == RECONNECT:
+                    raise gone_again_error(retry_exc, self._path) from retry_exc
                 exc = retry_exc
-        raise self._translate(exc, len(datagram)) from exc
-
-    def _translate(self, exc: OSError, size: int) -> ToPulsarError:
-        """Map an OSError from send() to the client's exception hierarchy."""
-        if isinstance(exc, TimeoutError | BlockingIOError):
-            if not self._timeout:
-                return SendTimeoutError(f"daemon socket {self._path} queue is full (timeout=0)")
-            return SendTimeoutError(
-                f"daemon socket {self._path} queue stayed full for longer than "
-                f"the {self._timeout}s timeout"
-            )
-        if exc.errno == errno.EMSGSIZE:
-            return MessageTooLargeError(size)
-        if exc.errno in _RECONNECT_ERRNOS:
-            return DaemonUnavailableError(f"no daemon listening on {self._path} ({exc.strerror})")
-        return ToPulsarError(f"send to {self._path} failed ({exc.strerror or exc})")
+        raise send_error(exc, self._path, len(datagram), self._timeout) from exc

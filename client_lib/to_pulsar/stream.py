@@ -31,9 +31,9 @@ import threading
 import time
 from types import TracebackType
 
-from .encoding import Payload, encode_any_partition, encode_partition_key
+from .core import check_timeout, connect_unix, encode_message
+from .encoding import Payload
 from .errors import (
-    DaemonUnavailableError,
     SendTimeoutError,
     StreamClosedError,
     StreamProtocolError,
@@ -54,56 +54,6 @@ CLOSED_ERRNOS = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.
 
 _time_ns = time.time_ns
 _monotonic = time.monotonic
-
-
-def check_timeout(timeout: float | None, what: str = "timeout") -> float | None:
-    """Validate a timeout: seconds >= 0, or None (and inf) for "wait forever"."""
-    if timeout is None or timeout == math.inf:
-        return None
-    if not timeout >= 0:  # also rejects NaN
-        raise ValueError(f"{what} must be >= 0 or None, got {timeout}")
-    return float(timeout)
-
-
-def encode_record(
-    topic: str | bytes,
-    value: Payload,
-    key: Payload | None,
-    partition_key: int | None,
-    timestamp_ms: int | None,
-) -> bytes:
-    """One AnyPartition or PartitionKey record; ``timestamp_ms`` None means now."""
-    if timestamp_ms is None:
-        timestamp_ms = _time_ns() // 1_000_000
-    if partition_key is None:
-        return encode_any_partition(topic, value, b"" if key is None else key, timestamp_ms)
-    return encode_partition_key(
-        partition_key, topic, value, b"" if key is None else key, timestamp_ms
-    )
-
-
-def connect_stream(path: str, timeout: float | None) -> socket.socket:
-    """A connected (blocking) stream socket; "nobody there" is DaemonUnavailableError."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout)
-        sock.connect(path)
-    except (FileNotFoundError, ConnectionRefusedError) as exc:
-        sock.close()
-        raise DaemonUnavailableError(
-            f"no daemon listening on stream socket {path} ({exc.strerror})"
-        ) from exc
-    except TimeoutError as exc:
-        sock.close()
-        raise DaemonUnavailableError(
-            f"daemon did not accept a connection on {path} within {timeout}s"
-        ) from exc
-    except OSError as exc:
-        sock.close()
-        raise DaemonUnavailableError(
-            f"cannot connect to daemon stream socket {path} ({exc.strerror or exc})"
-        ) from exc
-    return sock
 
 
 def closed_error(path: str, unconfirmed: int, when: str) -> StreamClosedError:
@@ -158,7 +108,7 @@ class StreamSender:
         self._read_lock = threading.Lock()  # one thread at a time reads answers
         self._state_lock = threading.Lock()  # answers, briefly
         self._closed: ToPulsarError | None = None
-        self._sock = connect_stream(self._path, self._timeout)
+        self._sock = connect_unix(self._path, socket.SOCK_STREAM, self._timeout)
         # Non-blocking, with waits in poll(): a socket timeout would be shared by the
         # thread writing and the thread reading.
         self._sock.setblocking(False)
@@ -197,7 +147,7 @@ class StreamSender:
         ``timestamp_ms`` defaults to now, 0 means "no event time". Blocks only when
         the buffer is full and the daemon is not reading, up to ``timeout``.
         """
-        self._append(encode_record(topic, value, key, partition_key, timestamp_ms))
+        self._append(encode_message(topic, value, key, partition_key, timestamp_ms))
 
     def send_raw(self, record: bytes) -> None:
         """Queue an already encoded AnyPartition/PartitionKey record (e.g. encoded once)."""

@@ -4,20 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-try:
-    import to_pulsar
-except ImportError:  # not installed: use the source tree
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client_lib"))
-    import to_pulsar
-
+import to_pulsar
 from to_pulsar import (
     AsyncSender,
     DaemonUnavailableError,

@@ -9,12 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-try:
-    import to_pulsar
-except ImportError:  # not installed: use the source tree
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client_lib"))
-    import to_pulsar
+import to_pulsar
 
 CLIENT_LIB = Path(to_pulsar.__file__).resolve().parents[1]
 

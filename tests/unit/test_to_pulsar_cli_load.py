@@ -19,13 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-try:
-    import to_pulsar
-except ImportError:  # not installed: use the source tree
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client_lib"))
-    import to_pulsar
-
+import to_pulsar
 from to_pulsar import encode_any_partition, encode_partition_key
 
 CLIENT_LIB = Path(to_pulsar.__file__).resolve().parents[1]

@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 import struct
-import sys
-from pathlib import Path
 
 import pytest
+import to_pulsar
 from hypothesis import given
 from hypothesis import strategies as st
-
-try:
-    import to_pulsar
-except ImportError:  # not installed: use the source tree
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client_lib"))
-    import to_pulsar
-
 from to_pulsar import (
     API_KEY_ANY_PARTITION,
     API_KEY_PARTITION_KEY,

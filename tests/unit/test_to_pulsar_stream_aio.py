@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-import sys
 import tempfile
 import threading
 import time
@@ -12,13 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-try:
-    import to_pulsar
-except ImportError:  # not installed: use the source tree
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client_lib"))
-    import to_pulsar
-
+import to_pulsar
 from fakestream import FakeStreamDaemon, Flush, flush_response
 from to_pulsar import (
     AsyncStreamSender,

@@ -9,18 +9,12 @@ from __future__ import annotations
 
 import datetime
 import pickle
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-try:
-    import to_pulsar
-except ImportError:  # not installed: use the source tree
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client_lib"))
-    import to_pulsar
+import to_pulsar
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (the [spark] extra)")
 pa = pytest.importorskip("pyarrow")

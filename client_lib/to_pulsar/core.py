@@ -1,0 +1,112 @@
+"""Sans-IO pieces every sender shares: argument checks, encoding, connecting, and what an
+OSError from a datagram send means.
+
+:class:`~to_pulsar.Sender` and :class:`~to_pulsar.aio.AsyncSender` differ only in how
+they wait (the kernel's SO_SNDTIMEO vs the event loop); the decisions are made here
+once, as :class:`~to_pulsar.protocol.StreamState` does for the stream senders.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import socket
+import time
+from typing import Final
+
+from .encoding import Payload, encode_any_partition, encode_partition_key
+from .errors import DaemonUnavailableError, MessageTooLargeError, SendTimeoutError, ToPulsarError
+
+_time_ns = time.time_ns
+
+#: What a failed datagram send asks for.
+RECONNECT: Final = "reconnect"  # the daemon we were connected to is gone: reconnect once
+WAIT: Final = "wait"  # its queue is full: wait for room (up to the timeout)
+RAISE: Final = "raise"  # anything else: translate and raise
+
+#: errnos meaning "the daemon went away"; EPIPE: it is shutting down and refuses datagrams.
+_GONE_ERRNOS = frozenset({errno.ECONNREFUSED, errno.ENOENT, errno.ENOTCONN, errno.EPIPE})
+_FULL_ERRNOS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.ETIMEDOUT})
+
+
+def send_action(exc: OSError) -> str:
+    """The one errno table of the datagram senders: RECONNECT, WAIT or RAISE."""
+    if exc.errno in _GONE_ERRNOS:
+        return RECONNECT
+    if isinstance(exc, BlockingIOError | TimeoutError) or exc.errno in _FULL_ERRNOS:
+        return WAIT
+    return RAISE
+
+
+def send_error(exc: OSError, path: str, size: int, timeout: float | None) -> ToPulsarError:
+    """The client exception for an OSError from a datagram send."""
+    action = send_action(exc)
+    if action == WAIT:
+        if not timeout:
+            return SendTimeoutError(f"daemon socket {path} queue is full (timeout=0)")
+        return SendTimeoutError(
+            f"daemon socket {path} queue stayed full for longer than the {timeout}s timeout"
+        )
+    if action == RECONNECT:
+        return DaemonUnavailableError(f"no daemon listening on {path} ({exc.strerror})")
+    if exc.errno == errno.EMSGSIZE:
+        return MessageTooLargeError(size)
+    return ToPulsarError(f"send to {path} failed ({exc.strerror or exc})")
+
+
+def gone_again_error(exc: OSError, path: str) -> DaemonUnavailableError:
+    """The send after a reconnect failed the same way."""
+    return DaemonUnavailableError(
+        f"daemon on {path} went away and did not come back ({exc.strerror})"
+    )
+
+
+def check_timeout(timeout: float | None, what: str = "timeout") -> float | None:
+    """Validate a timeout: seconds >= 0, or None (and inf) for "wait forever"."""
+    if timeout is None or timeout == math.inf:
+        return None
+    if not timeout >= 0:  # also rejects NaN
+        raise ValueError(f"{what} must be >= 0 or None, got {timeout}")
+    return float(timeout)
+
+
+def encode_message(
+    topic: str | bytes,
+    value: Payload,
+    key: Payload | None,
+    partition_key: int | None,
+    timestamp_ms: int | None,
+) -> bytes:
+    """One AnyPartition (no ``partition_key``) or PartitionKey message; ``timestamp_ms``
+    None means now, 0 means no event time."""
+    if timestamp_ms is None:
+        timestamp_ms = _time_ns() // 1_000_000
+    if partition_key is None:
+        return encode_any_partition(topic, value, b"" if key is None else key, timestamp_ms)
+    return encode_partition_key(
+        partition_key, topic, value, b"" if key is None else key, timestamp_ms
+    )
+
+
+def connect_unix(path: str, kind: socket.SocketKind, timeout: float | None = None) -> socket.socket:
+    """A socket of ``kind`` connected to the daemon; nobody there is DaemonUnavailableError."""
+    what = "stream socket" if kind == socket.SOCK_STREAM else "socket"
+    sock = socket.socket(socket.AF_UNIX, kind)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+    except (FileNotFoundError, ConnectionRefusedError) as exc:
+        sock.close()
+        where = f"stream socket {path}" if kind == socket.SOCK_STREAM else path
+        raise DaemonUnavailableError(f"no daemon listening on {where} ({exc.strerror})") from exc
+    except TimeoutError as exc:
+        sock.close()
+        raise DaemonUnavailableError(
+            f"daemon did not accept a connection on {path} within {timeout}s"
+        ) from exc
+    except OSError as exc:
+        sock.close()
+        raise DaemonUnavailableError(
+            f"cannot connect to daemon {what} {path} ({exc.strerror or exc})"
+        ) from exc
+    return sock
