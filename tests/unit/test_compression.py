@@ -8,7 +8,7 @@ import lz4.block
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pulsar_bruce.batch.compression import CODECS, decompress
+from pulsar_bruce.batch.compression import CODECS, codec, decompress
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 
 # LZ4 block format: sequences of [token][literal length ext][literals][offset u16 LE]
@@ -106,4 +106,45 @@ def test_zlib_ignores_uncompressed_size() -> None:
 
 def test_unsupported_compression_raises_value_error() -> None:
     with pytest.raises(ValueError, match="unsupported compression"):
-        decompress(pb.ZSTD, b"", 0)
+        decompress(99, b"", 0)
+
+
+# -- zstd and snappy: the formats Pulsar's clients read ------------------------------------
+
+SAMPLE = b"pulsar-bruce " * 200 + bytes(range(256))
+
+
+def test_zstd_is_a_zstandard_frame_with_the_content_size() -> None:
+    """The Java client's CompressionCodecZstd uses Zstd.compress (a frame, level 3)."""
+    wire, compress = CODECS["zstd"]
+    assert wire == pb.ZSTD == 3 and compress is not None
+    frame = compress(SAMPLE)
+    assert frame[:4] == b"\x28\xb5\x2f\xfd"  # the Zstandard frame magic
+    assert len(frame) < len(SAMPLE)
+    assert decompress(pb.ZSTD, frame, len(SAMPLE)) == SAMPLE
+
+
+def test_snappy_is_a_raw_block() -> None:
+    """The Java client's CompressionCodecSnappy uses Snappy.compress: a raw block whose
+    first bytes are the uncompressed length as a varint (no stream identifier)."""
+    wire, compress = CODECS["snappy"]
+    assert wire == pb.SNAPPY == 4 and compress is not None
+    block = compress(SAMPLE)
+    assert block[:2] == bytes([len(SAMPLE) & 0x7F | 0x80, len(SAMPLE) >> 7])
+    assert not block.startswith(b"\xff\x06\x00\x00sNaPpY")
+    assert decompress(pb.SNAPPY, block, len(SAMPLE)) == SAMPLE
+
+
+@pytest.mark.parametrize(("name", "level"), [("zstd", 1), ("zstd", 19), ("zlib", 1), ("zlib", 9)])
+def test_levels_change_the_output_not_the_content(name: str, level: int) -> None:
+    wire, compress = codec(name, level)
+    assert compress is not None
+    assert decompress(wire, compress(SAMPLE), len(SAMPLE)) == SAMPLE
+    default = CODECS[name][1]
+    assert default is not None and codec(name, 0)[1] is default
+
+
+def test_a_level_outside_the_codecs_range_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"zlib levels are 1..9, got 12"):
+        codec("zlib", 12)
+    assert codec("lz4", 12) == CODECS["lz4"]  # codecs without levels ignore it

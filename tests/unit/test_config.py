@@ -251,7 +251,7 @@ def test_log_levels(level: str) -> None:
         ("batch_max_bytes", "1.5k", "--batch-max-bytes"),
         ("batch_max_delay_ms", "-1", "--batch-max-delay-ms"),
         ("batch_max_delay_ms", "soon", "--batch-max-delay-ms"),
-        ("compression", "zstd", "--compression"),
+        ("compression", "brotli", "--compression"),
         ("shutdown_timeout_s", "-3", "--shutdown-timeout-s"),
         ("metadata_refresh_s", "x", "--metadata-refresh-s"),
     ],
@@ -411,3 +411,19 @@ def test_config_imports_only_leaf_modules() -> None:
 def test_the_connection_layer_never_imports_config() -> None:
     loaded = modules_loaded_by("pulsar_bruce.connection.security")
     assert [m for m in loaded if m.startswith("pulsar_bruce.config")] == []
+
+
+def test_compression_level_must_suit_its_codec(tmp_path: Path) -> None:
+    ok = load_config({"compression": "zstd", "compression_level": "19"}, NO_ENV)
+    assert (ok.compression, ok.compression_level) == ("zstd", 19)
+    assert load_config({"compression": "lz4", "compression_level": "12"}, NO_ENV)  # ignored
+    with pytest.raises(ConfigError, match=r"^--compression-level: zlib levels are 1..9, got 12$"):
+        load_config({"compression": "zlib", "compression_level": "12"}, NO_ENV)
+    with pytest.raises(ConfigError, match="between 0 and 22"):
+        load_config({"compression_level": "23"}, NO_ENV)
+    path = write_toml(tmp_path, 'compression_level = 15\n[topics."logs"]\ncompression = "zlib"\n')
+    with pytest.raises(ConfigError, match=r"topics\.'persistent://public/default/logs'.*zlib"):
+        load_config(NO_FLAGS, NO_ENV, path)
+    fine = write_toml(tmp_path, '[topics."logs"]\ncompression = "zstd"\ncompression_level = 7\n')
+    settings = load_config(NO_FLAGS, NO_ENV, fine).topic_settings("persistent://public/default/logs")
+    assert (settings.compression, settings.compression_level) == ("zstd", 7)

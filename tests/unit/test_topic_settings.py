@@ -98,3 +98,17 @@ def test_reconfigure_updates_existing_producers_and_lifts_limits(tmp_path: Path)
     logs.rate_budget = 5
     configurator.apply(logs)
     assert logs.rate_budget is None
+
+
+def test_policy_compresses_with_the_configured_codec_and_level() -> None:
+    from pulsar_bruce.batch.compression import decompress
+    from pulsar_bruce.frame import pulsar_api_pb2 as pb
+
+    config = load_config({"compression": "zstd", "compression_level": "19"}, {})
+    policy = TopicConfigurator(config).policy(Topic("persistent://public/default/t"))
+    assert policy.compression == pb.ZSTD and policy.compressor is not None
+    data = b"abc" * 1000
+    packed = policy.compressor(data)
+    assert packed.startswith(b"\x28\xb5\x2f\xfd") and decompress(pb.ZSTD, packed, 3000) == data
+    snappy = TopicConfigurator(load_config({"compression": "snappy"}, {}))
+    assert snappy.policy(Topic("persistent://public/default/u")).compression == pb.SNAPPY

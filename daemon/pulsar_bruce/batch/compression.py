@@ -1,18 +1,26 @@
-"""Batch payload compression, once per batch, as Pulsar clients do it.
+"""Batch payload compression, once per batch, in the formats Pulsar's clients use.
 
-LZ4 is the raw LZ4 *block* format (no frame header); the receiver learns the
-size to decompress into from ``MessageMetadata.uncompressed_size``.
+- LZ4: the raw LZ4 *block* (no frame header);
+- ZLIB: a zlib stream (the Java client's ``Deflater``);
+- ZSTD: a Zstandard frame (the Java client's ``Zstd.compress``, level 3 by default);
+- SNAPPY: a raw Snappy block (the Java client's ``Snappy.compress``), not the framed format.
+
+The receiver learns the size to decompress into from ``MessageMetadata.uncompressed_size``.
+Zstandard and Snappy come from ``cramjam`` (one maintained wheel for both, on every
+platform CPython runs on; python-snappy itself is now a wrapper around it).
 """
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
+from functools import partial
 
+import cramjam
 import lz4.block
 
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
-from pulsar_bruce.model.vocabulary import Compression
+from pulsar_bruce.model.vocabulary import DEFAULT_LEVELS, Compression, check_level
 
 Compressor = Callable[[bytes], bytes]
 
@@ -21,16 +29,36 @@ def _lz4(data: bytes) -> bytes:
     return bytes(lz4.block.compress(data, store_size=False))
 
 
-def _zlib(data: bytes) -> bytes:
-    return zlib.compress(data)
+def _zlib(data: bytes, level: int = DEFAULT_LEVELS[Compression.ZLIB]) -> bytes:
+    return zlib.compress(data, level)
 
 
-#: Option value -> (CompressionType on the wire, compressor or None).
+def _zstd(data: bytes, level: int = DEFAULT_LEVELS[Compression.ZSTD]) -> bytes:
+    return bytes(cramjam.zstd.compress(data, level=level))
+
+
+def _snappy(data: bytes) -> bytes:
+    return bytes(cramjam.snappy.compress_raw(data))
+
+
+#: Option value -> (CompressionType on the wire, compressor at the default level or None).
 CODECS: dict[str, tuple[int, Compressor | None]] = {
     Compression.NONE: (pb.NONE, None),
     Compression.LZ4: (pb.LZ4, _lz4),
     Compression.ZLIB: (pb.ZLIB, _zlib),
+    Compression.ZSTD: (pb.ZSTD, _zstd),
+    Compression.SNAPPY: (pb.SNAPPY, _snappy),
 }
+
+
+def codec(name: str, level: int = 0) -> tuple[int, Compressor | None]:
+    """The wire type and compressor for ``name`` at ``level`` (0: the codec's default;
+    codecs without levels ignore it)."""
+    wire, compressor = CODECS[name]
+    check_level(name, level)
+    if level and name in DEFAULT_LEVELS:
+        compressor = partial(_zlib if name == Compression.ZLIB else _zstd, level=level)
+    return wire, compressor
 
 
 def decompress(compression: int, data: bytes, uncompressed_size: int) -> bytes:
@@ -41,4 +69,8 @@ def decompress(compression: int, data: bytes, uncompressed_size: int) -> bytes:
         return bytes(lz4.block.decompress(data, uncompressed_size=uncompressed_size))
     if compression == pb.ZLIB:
         return zlib.decompress(data)
+    if compression == pb.ZSTD:
+        return bytes(cramjam.zstd.decompress(data, output_len=uncompressed_size))
+    if compression == pb.SNAPPY:
+        return bytes(cramjam.snappy.decompress_raw(data))
     raise ValueError(f"unsupported compression {compression}")

@@ -23,6 +23,7 @@ from pulsar_bruce.config.model import (
 )
 from pulsar_bruce.config.options import AUTH_TOKEN_ENV
 from pulsar_bruce.model.secret import Secret
+from pulsar_bruce.model.vocabulary import check_level
 
 
 class ConfigError(Exception):
@@ -105,7 +106,22 @@ def _auth_token(environ: Mapping[str, str]) -> Secret | None:
     return Secret(token)
 
 
+def _check_levels(config: Config) -> None:
+    """A compression level must suit the codec it goes with, globally and per topic."""
+    tables: list[tuple[str, dict[str, Any]]] = [("--compression-level", {})] + [
+        (f"topics.{o.pattern!r}", dict(o.values)) for o in config.topic_overrides
+    ]
+    for where, values in tables:
+        codec = values.get("compression", config.compression)
+        level = values.get("compression_level", config.compression_level)
+        try:
+            check_level(codec, level)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+
+
 def _check_consistency(config: Config) -> None:
+    _check_levels(config)
     if config.batch_max_bytes > config.buffer_max_bytes:
         raise ConfigError("--batch-max-bytes: must not exceed --buffer-max-bytes")
     if (config.tls_cert_file is None) != (config.tls_key_file is None):

@@ -19,6 +19,7 @@ from pulsar_bruce.config.options import AUTH_TOKEN_ENV, Option, option, options_
 from pulsar_bruce.config.values import (
     parse_bool,
     parse_compression,
+    parse_compression_level,
     parse_fsync_policy,
     parse_group,
     parse_listen,
@@ -98,6 +99,9 @@ class TopicSettings:
         10.0, parse_non_negative_number, "longest a message waits for its batch to fill", "MS")
     compression: Compression = option(  # noqa: RUF009 - option() returns a field()
         "lz4", parse_compression, f"batch compression: {', '.join(Compression)}", "NAME")
+    compression_level: int = option(
+        0, parse_compression_level,
+        "level for zstd (1..22) and zlib (1..9); 0: the codec's default (zstd 3, zlib 6)", "N")
     rate_limit_messages: int = option(
         0, parse_non_negative_int,
         "messages per topic per rate-limit interval; beyond: rate_limited (0: no limit)", "N")

@@ -86,6 +86,14 @@ def parse_compression(text: str) -> Compression:
     return Compression(name)
 
 
+def parse_compression_level(text: str | int) -> int:
+    """0 (the codec's default) or a level; the codec's own range is checked with the codec."""
+    level = parse_non_negative_int(text)
+    if level > 22:
+        raise ValueError(f"expected a level between 0 and 22, got {text!r}")
+    return level
+
+
 def parse_fsync_policy(value: object) -> FsyncPolicy:
     policy = parse_text(value).strip().lower()
     if policy not in tuple(FsyncPolicy):

@@ -16,6 +16,23 @@ class Compression(StrEnum):
     NONE = "none"
     LZ4 = "lz4"
     ZLIB = "zlib"
+    ZSTD = "zstd"
+    SNAPPY = "snappy"
+
+
+#: The codecs with levels: the level ``--compression-level 0`` means, and the levels accepted.
+DEFAULT_LEVELS = {Compression.ZLIB: 6, Compression.ZSTD: 3}
+LEVEL_RANGES = {Compression.ZLIB: range(1, 10), Compression.ZSTD: range(1, 23)}
+
+
+def check_level(compression: str, level: int) -> None:
+    """ValueError unless ``level`` is 0 or one ``compression`` accepts (levelless codecs
+    ignore it)."""
+    allowed = LEVEL_RANGES.get(Compression(compression))
+    if level and allowed is not None and level not in allowed:
+        raise ValueError(
+            f"{compression} levels are {allowed.start}..{allowed.stop - 1}, got {level}"
+        )
 
 
 class FsyncPolicy(StrEnum):

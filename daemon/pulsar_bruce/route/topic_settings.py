@@ -9,7 +9,7 @@ rate-limit budget.  On SIGHUP the same code runs again with the new file.
 
 from __future__ import annotations
 
-from pulsar_bruce.batch.compression import CODECS
+from pulsar_bruce.batch.compression import codec
 from pulsar_bruce.config import Config, TopicSettings
 from pulsar_bruce.producer.partition_producer import BatchPolicy
 from pulsar_bruce.route.router import Topic
@@ -20,7 +20,7 @@ class TopicConfigurator:
 
     def __init__(self, config: Config):
         self.config = config
-        self._policies: dict[tuple[int, int, float, str], BatchPolicy] = {}
+        self._policies: dict[tuple[int, int, float, str, int], BatchPolicy] = {}
         self.settings: dict[str, TopicSettings] = {}
 
     def policy(self, topic: Topic) -> BatchPolicy:
@@ -30,10 +30,11 @@ class TopicConfigurator:
             settings.batch_max_bytes,
             settings.batch_max_delay_ms,
             settings.compression,
+            settings.compression_level,
         )
         policy = self._policies.get(key)
         if policy is None:
-            compression, compressor = CODECS[settings.compression]
+            compression, compressor = codec(settings.compression, settings.compression_level)
             policy = BatchPolicy(
                 max_messages=settings.batch_max_messages,
                 max_bytes=settings.batch_max_bytes,
