@@ -302,6 +302,7 @@ class Received:
     partition: int
     event_time: int
     topic: str
+    properties: dict[str, str]
 
 
 def consume(service_url: str, topic: str, count: int, timeout: float = 30.0) -> list[Received]:
@@ -334,6 +335,7 @@ def consume(service_url: str, topic: str, count: int, timeout: float = 30.0) -> 
                     partition=int(match.group(1)) if match else -1,
                     event_time=message.event_timestamp(),
                     topic=name,
+                    properties=dict(message.properties()),
                 )
             )
             consumer.acknowledge(message)

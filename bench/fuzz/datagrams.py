@@ -48,7 +48,7 @@ def classify(data: bytes, max_message_bytes: int) -> tuple[str, str | None, byte
     parsed = parse_datagram(data)
     if isinstance(parsed, str):
         return parsed, None, None
-    topic_bytes, _, _, _, value_offset = parsed
+    topic_bytes, _, _, _, value_offset, _ = parsed
     name = normalize_topic(topic_bytes)
     if name is None:
         return reasons.BAD_TOPIC, None, None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+from collections.abc import Mapping
 from types import TracebackType
 
 from .aio_stream import AsyncStreamSender
@@ -82,13 +83,16 @@ class AsyncSender:
         key: Payload | None = None,
         partition_key: int | None = None,
         timestamp_ms: int | None = None,
+        properties: Mapping[str, str] | None = None,
     ) -> None:
         """Encode and send one message (same arguments as :meth:`Sender.send`).
 
         Without ``partition_key`` the daemon picks the partition (AnyPartition);
         ``timestamp_ms`` defaults to now, 0 means "no event time".
         """
-        await self.send_raw(encode_message(topic, value, key, partition_key, timestamp_ms))
+        await self.send_raw(
+            encode_message(topic, value, key, partition_key, timestamp_ms, properties)
+        )
 
     async def send_raw(self, datagram: bytes) -> None:
         """Send an already encoded datagram, waiting (up to the timeout) while the queue is full."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+from collections.abc import Mapping
 from types import TracebackType
 
 from .core import check_timeout, connect_unix, encode_message
@@ -99,9 +100,12 @@ class AsyncStreamSender:
         key: Payload | None = None,
         partition_key: int | None = None,
         timestamp_ms: int | None = None,
+        properties: Mapping[str, str] | None = None,
     ) -> None:
         """Encode and queue one message (same arguments as :meth:`StreamSender.send`)."""
-        await self._append(encode_message(topic, value, key, partition_key, timestamp_ms))
+        await self._append(
+            encode_message(topic, value, key, partition_key, timestamp_ms, properties)
+        )
 
     async def send_raw(self, record: bytes) -> None:
         """Queue an already encoded AnyPartition/PartitionKey record."""

@@ -44,6 +44,7 @@ Examples:
   {PROG} --topic load-test --value x --count 1000 --interval-us 500
   {PROG} --topic load-test --value-size 1024 --count 1000000 --progress
   {PROG} --confirm --topic orders --key o-17 --value '{{"total":3}}'
+  {PROG} --topic orders --property source=web --property region=eu --value x
 
 \b
 Load generation: --count N sends the message N times, message i due at
@@ -92,6 +93,17 @@ def _print_completion(ctx: click.Context, param: click.Parameter, shell: str | N
         raise click.BadParameter(f"unsupported shell {shell!r}", ctx, param)
     click.echo(complete_class(ctx.command, {}, PROG, COMPLETE_VAR).source())
     ctx.exit(EXIT_OK)
+
+
+def _parse_properties(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``--property KEY=VALUE`` pairs (the value may contain ``=``); a later KEY wins."""
+    properties = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="'--property'")
+        properties[name] = value
+    return properties
 
 
 @click.command(
@@ -160,6 +172,14 @@ def _print_completion(ctx: click.Context, param: click.Parameter, shell: str | N
     help="Route by this partition key (uint32, negative int32 accepted). [default: any partition]",
 )
 @click.option(
+    "--property",
+    "properties",
+    metavar="KEY=VALUE",
+    multiple=True,
+    callback=lambda _ctx, _param, pairs: _parse_properties(pairs),
+    help="A message property (repeatable); sends pulsar-bruce's Message record.",
+)
+@click.option(
     "--timestamp",
     metavar="MS",
     type=int,
@@ -210,6 +230,7 @@ def command(
     value_size: int | None,
     key: str,
     partition_key: int | None,
+    properties: dict[str, str],
     timestamp: int | None,
     count: int,
     interval_us: int,
@@ -239,7 +260,8 @@ def command(
     else:
         # surrogateescape gives back the exact argv bytes, even if they are not UTF-8.
         payload = value.encode("utf-8", "surrogateescape")
-    encode = encoder(topic, payload, key.encode("utf-8", "surrogateescape"), partition_key)
+    raw_key = key.encode("utf-8", "surrogateescape")
+    encode = encoder(topic, payload, raw_key, partition_key, properties)
     try:
         encode(0)  # validate before touching the socket: a bad message is a usage error
     except InvalidMessageError as exc:

@@ -8,11 +8,11 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import TextIO
 
-from .encoding import encode_any_partition, encode_partition_key
+from .encoding import encode_any_partition, encode_message_record, encode_partition_key
 
 # Unpaced load generation looks at the clock (and the progress line) once per chunk.
 CHUNK = 1024
@@ -20,9 +20,15 @@ PROGRESS_PERIOD = 0.1  # seconds: at most ~10 progress redraws per second
 
 
 def encoder(
-    topic: str, value: bytes, key: bytes, partition_key: int | None
+    topic: str,
+    value: bytes,
+    key: bytes,
+    partition_key: int | None,
+    properties: Mapping[str, str] | None = None,
 ) -> Callable[[int], bytes]:
     """Bind everything but the timestamp, which may change per send."""
+    if properties:
+        return lambda ts: encode_message_record(topic, value, key, ts, partition_key, properties)
     if partition_key is None:
         return lambda ts: encode_any_partition(topic, value, key, ts)
     return lambda ts: encode_partition_key(partition_key, topic, value, key, ts)

@@ -6,7 +6,7 @@ import math
 import os
 import socket
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
 
 from .core import (
@@ -90,13 +90,14 @@ class Sender:
         key: Payload | None = None,
         partition_key: int | None = None,
         timestamp_ms: int | None = None,
+        properties: Mapping[str, str] | None = None,
     ) -> None:
         """Encode and send one message.
 
         Without ``partition_key`` the daemon picks the partition (AnyPartition);
         ``timestamp_ms`` defaults to now, 0 means "no event time".
         """
-        datagram = encode_message(topic, value, key, partition_key, timestamp_ms)
+        datagram = encode_message(topic, value, key, partition_key, timestamp_ms, properties)
         try:
             self._send(datagram)
         except OSError as exc:

@@ -12,9 +12,15 @@ import errno
 import math
 import socket
 import time
+from collections.abc import Mapping
 from typing import Final
 
-from .encoding import Payload, encode_any_partition, encode_partition_key
+from .encoding import (
+    Payload,
+    encode_any_partition,
+    encode_message_record,
+    encode_partition_key,
+)
 from .errors import DaemonUnavailableError, MessageTooLargeError, SendTimeoutError, ToPulsarError
 
 _time_ns = time.time_ns
@@ -76,11 +82,15 @@ def encode_message(
     key: Payload | None,
     partition_key: int | None,
     timestamp_ms: int | None,
+    properties: Mapping[str, str] | None = None,
 ) -> bytes:
-    """One AnyPartition (no ``partition_key``) or PartitionKey message; ``timestamp_ms``
-    None means now, 0 means no event time."""
+    """One AnyPartition (no ``partition_key``) or PartitionKey message, or with
+    ``properties`` a Message record; ``timestamp_ms`` None means now, 0 means no event time."""
     if timestamp_ms is None:
         timestamp_ms = _time_ns() // 1_000_000
+    if properties:
+        key = b"" if key is None else key
+        return encode_message_record(topic, value, key, timestamp_ms, partition_key, properties)
     if partition_key is None:
         return encode_any_partition(topic, value, b"" if key is None else key, timestamp_ms)
     return encode_partition_key(

@@ -15,6 +15,7 @@ a single ``b"".join`` and defer all diagnostics to the (rare) failure path.
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 
 from .errors import InvalidMessageError
 
@@ -167,5 +168,73 @@ def encode_partition_key(
                 value,
             )
         )
+    except (struct.error, UnicodeEncodeError) as exc:
+        raise _diagnose(exc, size, topic, timestamp_ms) from exc
+
+
+API_KEY_MESSAGE = 260
+#: Message flag: the PartitionKey field is set (else the daemon picks the partition).
+FLAG_PARTITION_KEY = 0x0001
+_PROPERTY_COUNT = struct.Struct(">h")
+_NAME_SIZE = struct.Struct(">h")
+
+
+def encode_message_record(
+    topic: str | bytes,
+    value: Payload,
+    key: Payload = b"",
+    timestamp_ms: int = 0,
+    partition_key: int | None = None,
+    properties: Mapping[str, str] | None = None,
+) -> bytes:
+    """Encode pulsar-bruce's Message record (ApiKey 260): Bruce's fields plus properties.
+
+    Wire layout (after Size ApiKey ApiVersion)::
+
+        Flags:int16 PartitionKey:int32 TopicSize:int16 Topic Timestamp:int64
+        KeySize:int32 Key PropertyCount:int16 (NameSize:int16 Name ValueSize:int32 Value)*
+        ValueSize:int32 Value
+
+    Flags bit 0 says PartitionKey is set; without it the daemon picks the partition.
+    Property names and values are strings (UTF-8 on the wire), as Pulsar's are.
+    """
+    if partition_key is not None and not MIN_PARTITION_KEY <= partition_key <= MAX_PARTITION_KEY:
+        raise InvalidMessageError(
+            f"partition key must be in {MIN_PARTITION_KEY}..{MAX_PARTITION_KEY}, "
+            f"got {partition_key}"
+        )
+    pairs: list[bytes] = []
+    for name, text in (properties or {}).items():
+        if not isinstance(name, str) or not isinstance(text, str):
+            raise InvalidMessageError(f"property {name!r}: names and values must be str")
+        raw_name, raw_value = name.encode(), text.encode()
+        if len(raw_name) > 0x7FFF:
+            raise InvalidMessageError(f"property name of {len(raw_name)} bytes (at most 32767)")
+        pairs += (_NAME_SIZE.pack(len(raw_name)), raw_name, _pack_valuesize(len(raw_value)))
+        pairs.append(raw_value)
+    if len(pairs) // 4 > 0x7FFF:
+        raise InvalidMessageError(f"{len(pairs) // 4} properties (at most 32767)")
+    size = 0
+    try:
+        raw_topic = topic.encode() if isinstance(topic, str) else topic
+        if not 0 < len(raw_topic) <= MAX_TOPIC_SIZE:
+            raise _bad_topic(len(raw_topic))
+        value = value if type(value) is bytes else _payload_bytes("value", value)
+        key = key if type(key) is bytes else _payload_bytes("key", key)
+        body = [
+            _pack_ts_keysize(timestamp_ms, len(key)),
+            key,
+            _PROPERTY_COUNT.pack(len(pairs) // 4),
+            *pairs,
+            _pack_valuesize(len(value)),
+            value,
+        ]
+        size = _PK_HEAD.size + len(raw_topic) + sum(map(len, body))
+        flags = 0 if partition_key is None else FLAG_PARTITION_KEY
+        head = _pack_pk_head(
+            size, API_KEY_MESSAGE, API_VERSION, flags, (partition_key or 0) & 0xFFFF_FFFF,
+            len(raw_topic),
+        )  # fmt: skip
+        return _join((head, raw_topic, *body))
     except (struct.error, UnicodeEncodeError) as exc:
         raise _diagnose(exc, size, topic, timestamp_ms) from exc

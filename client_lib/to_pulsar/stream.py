@@ -29,6 +29,7 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from types import TracebackType
 
 from .core import check_timeout, connect_unix, encode_message
@@ -140,6 +141,7 @@ class StreamSender:
         key: Payload | None = None,
         partition_key: int | None = None,
         timestamp_ms: int | None = None,
+        properties: Mapping[str, str] | None = None,
     ) -> None:
         """Encode and queue one message (same arguments as :meth:`to_pulsar.Sender.send`).
 
@@ -147,7 +149,7 @@ class StreamSender:
         ``timestamp_ms`` defaults to now, 0 means "no event time". Blocks only when
         the buffer is full and the daemon is not reading, up to ``timeout``.
         """
-        self._append(encode_message(topic, value, key, partition_key, timestamp_ms))
+        self._append(encode_message(topic, value, key, partition_key, timestamp_ms, properties))
 
     def send_raw(self, record: bytes) -> None:
         """Queue an already encoded AnyPartition/PartitionKey record (e.g. encoded once)."""

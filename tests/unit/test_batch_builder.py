@@ -13,10 +13,10 @@ from pulsar_bruce.batch.batch_builder import (
     encode_key_field,
     entry_offsets,
     split_batch,
-    varint,
 )
 from pulsar_bruce.batch.compression import CODECS, decompress
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
+from pulsar_bruce.frame.wire import varint
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.ledger import memory_charge
 

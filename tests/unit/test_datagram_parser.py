@@ -89,7 +89,7 @@ def test_any_partition_golden_datagram() -> None:
         "00000005"  # ValueSize = 5
         "76616c7565"  # Value = "value"
     )
-    assert parse_datagram(data) == (b"topic", ANY_PARTITION, 1700000000000, b"key", 36)
+    assert parse_datagram(data) == (b"topic", ANY_PARTITION, 1700000000000, b"key", 36, b"")
     assert value_of(data) == b"value"
 
 
@@ -107,7 +107,7 @@ def test_partition_key_golden_datagram() -> None:
         "00000001"  # ValueSize = 1
         "78"  # Value = "x"
     )
-    assert parse_datagram(data) == (b"t", 7, 0, b"", 33)
+    assert parse_datagram(data) == (b"t", 7, 0, b"", 33, b"")
     assert value_of(data) == b"x"
 
 
@@ -131,7 +131,7 @@ def test_any_partition_result_uses_the_any_partition_marker() -> None:
 
 def test_empty_key_and_empty_value_are_valid() -> None:
     data = any_partition(key=b"", value=b"")
-    assert parse_datagram(data) == (b"t", ANY_PARTITION, 0, b"", len(data))
+    assert parse_datagram(data) == (b"t", ANY_PARTITION, 0, b"", len(data), b"")
 
 
 def test_negative_timestamp_is_passed_through() -> None:
@@ -300,7 +300,7 @@ def check_result(result: object) -> None:
         assert result in reasons.ALL
     else:
         assert isinstance(result, tuple)
-        assert len(result) == 5
+        assert len(result) == 6
 
 
 @settings(max_examples=1000, deadline=None, derandomize=True)
@@ -329,7 +329,8 @@ def test_any_partition_round_trip_with_to_pulsar_encoding(
     topic: bytes, key: bytes, value: bytes, timestamp: int
 ) -> None:
     data = encode_any_partition(topic, value, key, timestamp)
-    assert parse_datagram(data) == (topic, ANY_PARTITION, timestamp, key, len(data) - len(value))
+    expected = (topic, ANY_PARTITION, timestamp, key, len(data) - len(value), b"")
+    assert parse_datagram(data) == expected
     assert value_of(data) == value
 
 

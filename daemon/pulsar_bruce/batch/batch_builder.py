@@ -15,6 +15,7 @@ import struct
 from pulsar_bruce.batch.compression import decompress
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import decode_frame_body
+from pulsar_bruce.frame.wire import varint
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation, TagRun, add_tag, split_tags
 
@@ -25,20 +26,6 @@ _TAG_PARTITION_KEY = b"\x12"  # 2, length-delimited
 _TAG_PAYLOAD_SIZE = b"\x18"  # 3, varint
 _TAG_EVENT_TIME = b"\x28"  # 5, varint
 _B64_FLAG = b"\x30\x01"  # 6 = true
-_ONE_BYTE_VARINTS = tuple(bytes((n,)) for n in range(128))
-
-
-def varint(n: int) -> bytes:
-    """Protobuf base-128 varint of a non-negative int."""
-    if n < 0x80:
-        return _ONE_BYTE_VARINTS[n]
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
 
 def encode_key_field(key: bytes) -> bytes:
     """``partition_key`` (+ the base64 flag for keys that are not UTF-8); empty key -> nothing."""

@@ -42,7 +42,7 @@ class DiscardLog:
         if isinstance(parsed, str):
             self._write(reason, None, None, data)
             return
-        topic, _, _, key, value_offset = parsed
+        topic, _, _, key, value_offset, _ = parsed
         self._write(reason, topic.decode("utf-8", "replace"), key, data[value_offset:])
 
     def batch(self, reason: str, topic: str, batch: SealedBatch) -> None:

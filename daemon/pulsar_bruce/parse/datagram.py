@@ -8,6 +8,17 @@ Input format (big-endian; ``Size`` counts the whole datagram)::
     PartitionKey (257, v0) => Flags:int16 PartitionKey:int32 TopicSize:int16 Topic
                               Timestamp:int64 KeySize:int32 Key ValueSize:int32 Value
 
+and pulsar-bruce's own record for what Bruce's formats have no room for::
+
+    Message (260, v0) => Flags:int16 PartitionKey:int32 TopicSize:int16 Topic
+                         Timestamp:int64 KeySize:int32 Key
+                         PropertyCount:int16 (NameSize:int16 Name ValueSize:int32 Value)*
+                         ValueSize:int32 Value
+
+    Flags bit 0 (0x0001): PartitionKey is set; otherwise the daemon picks the partition
+    (AnyPartition) and PartitionKey is 0.  Other bits must be 0.  Property names and
+    values are UTF-8; they become the message's ``properties``.
+
 :func:`parse_datagram` runs once per datagram on the hot path: precompiled
 structs, no objects beyond the result tuple, and the value is not copied (its
 offset is returned; the value always runs to the end of the datagram).
@@ -19,9 +30,13 @@ import struct
 from typing import Final
 
 from pulsar_bruce import reasons
+from pulsar_bruce.frame.wire import length_delimited
 
 API_KEY_ANY_PARTITION: Final = 256
 API_KEY_PARTITION_KEY: Final = 257
+API_KEY_MESSAGE: Final = 260
+#: Message flag: the PartitionKey field is set.
+FLAG_PARTITION_KEY: Final = 0x0001
 #: ``partition_key`` in a parse result when the datagram was AnyPartition.
 ANY_PARTITION: Final = -1
 
@@ -30,9 +45,12 @@ _ANY_PREFIX = struct.Struct(">hh")  # Flags, TopicSize
 _KEYED_PREFIX = struct.Struct(">hIh")  # Flags, PartitionKey (as uint32), TopicSize
 _TIMESTAMP_KEY_SIZE = struct.Struct(">qi")  # Timestamp, KeySize
 _VALUE_SIZE = struct.Struct(">i")
+_PROPERTY_COUNT = struct.Struct(">h")
+_NAME_SIZE = struct.Struct(">h")
 
-#: (topic bytes, partition key or ANY_PARTITION, timestamp ms, key bytes, value offset)
-Parsed = tuple[bytes, int, int, bytes, int]
+#: (topic bytes, partition key or ANY_PARTITION, timestamp ms, key bytes, value offset,
+#: extra SingleMessageMetadata fields: the encoded ``properties``, empty for Bruce's formats)
+Parsed = tuple[bytes, int, int, bytes, int, bytes]
 
 
 def parse_datagram(data: bytes) -> Parsed | str:
@@ -54,6 +72,8 @@ def parse_datagram(data: bytes) -> Parsed | str:
             return reasons.MALFORMED if api_version == 0 else reasons.UNSUPPORTED_VERSION
         flags, partition_key, topic_size = _KEYED_PREFIX.unpack_from(data, 8)
         offset = 16
+    elif api_key == API_KEY_MESSAGE:
+        return _parse_message(data, api_version)
     else:
         return reasons.UNSUPPORTED_API_KEY
     if api_version != 0:
@@ -72,4 +92,71 @@ def parse_datagram(data: bytes) -> Parsed | str:
     value_start = key_end + 4
     if value_size < 0 or value_start + value_size != length:
         return reasons.MALFORMED
-    return data[offset:topic_end], partition_key, timestamp, data[key_start:key_end], value_start
+    return (
+        data[offset:topic_end],
+        partition_key,
+        timestamp,
+        data[key_start:key_end],
+        value_start,
+        b"",
+    )
+
+
+def _parse_message(data: bytes, api_version: int) -> Parsed | str:
+    """A Message record (ApiKey 260): Bruce's fields plus properties."""
+    length = len(data)
+    if api_version != 0:
+        return reasons.UNSUPPORTED_VERSION
+    if length < 16:
+        return reasons.MALFORMED
+    flags, partition_key, topic_size = _KEYED_PREFIX.unpack_from(data, 8)
+    if flags & ~FLAG_PARTITION_KEY or topic_size <= 0:
+        return reasons.MALFORMED
+    if not flags & FLAG_PARTITION_KEY:
+        partition_key = ANY_PARTITION
+    topic_end = 16 + topic_size
+    if topic_end + 12 > length:
+        return reasons.MALFORMED
+    timestamp, key_size = _TIMESTAMP_KEY_SIZE.unpack_from(data, topic_end)
+    key_start = topic_end + 12
+    offset = key_start + key_size
+    if key_size < 0 or offset + 2 > length:
+        return reasons.MALFORMED
+    (count,) = _PROPERTY_COUNT.unpack_from(data, offset)
+    offset += 2
+    if count < 0:
+        return reasons.MALFORMED
+    fields = []
+    for _ in range(count):
+        if offset + 2 > length:
+            return reasons.MALFORMED
+        (name_size,) = _NAME_SIZE.unpack_from(data, offset)
+        name_end = offset + 2 + name_size
+        if name_size < 0 or name_end + 4 > length:
+            return reasons.MALFORMED
+        (value_size,) = _VALUE_SIZE.unpack_from(data, name_end)
+        value_end = name_end + 4 + value_size
+        if value_size < 0 or value_end > length:
+            return reasons.MALFORMED
+        name, value = data[offset + 2 : name_end], data[name_end + 4 : value_end]
+        try:
+            name.decode("utf-8")
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            return reasons.MALFORMED  # protobuf strings must be UTF-8
+        fields.append(_property_field(name, value))
+        offset = value_end
+    if offset + 4 > length:
+        return reasons.MALFORMED
+    (value_size,) = _VALUE_SIZE.unpack_from(data, offset)
+    value_start = offset + 4
+    if value_size < 0 or value_start + value_size != length:
+        return reasons.MALFORMED
+    key = data[key_start : key_start + key_size]
+    return data[16:topic_end], partition_key, timestamp, key, value_start, b"".join(fields)
+
+
+def _property_field(name: bytes, value: bytes) -> bytes:
+    """SingleMessageMetadata field 1 (``repeated KeyValue properties``) for one pair."""
+    pair = length_delimited(b"\x0a", name) + length_delimited(b"\x12", value)
+    return length_delimited(b"\x0a", pair)

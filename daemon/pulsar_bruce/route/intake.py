@@ -67,7 +67,7 @@ class Intake:
         parsed = parse_datagram(data)
         if isinstance(parsed, str):
             return self._reject(parsed, data, tag)
-        topic_bytes, partition_key, timestamp, key, value_offset = parsed
+        topic_bytes, partition_key, timestamp, key, value_offset, fields = parsed
         topic = self._topic_of(topic_bytes) or self.topics.add(topic_bytes)
         if topic is None:
             return self._reject(reasons.BAD_TOPIC, data, tag)
@@ -77,6 +77,8 @@ class Intake:
         if budget is not None and budget <= 0:
             return self._reject(reasons.RATE_LIMITED, data, tag, topic)
         key_field = encode_key_field(key) if key else b""
+        if fields:  # a Message record's properties: metadata fields before the key
+            key_field = fields + key_field
         charge = memory_charge(key_field, len(data) - value_offset)
         ledger = self.ledger
         if ledger.buffered_bytes + charge <= self.policy.memory_limit:  # policy.room_for(charge)
@@ -134,8 +136,8 @@ class Intake:
                 ledger.discard_spilled(reason, 1)
             self.outcomes.refused(reason, data, sample=True)
             return
-        _, partition_key, timestamp, key, value_offset = parsed
-        key_field = encode_key_field(key) if key else b""
+        _, partition_key, timestamp, key, value_offset, fields = parsed
+        key_field = fields + encode_key_field(key) if key else fields
         charge = memory_charge(key_field, len(data) - value_offset)
         if previous_run:
             ledger.readmit(1, charge)
