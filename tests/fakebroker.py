@@ -1,12 +1,15 @@
 """A scripted fake Pulsar broker, for the cases a real broker cannot be made to do.
 
 A real broker (pulsar-lite) cannot be told to redirect a lookup, to answer
-with ``proxy_through_service_url``, to close a producer, to lose or garble a
-receipt, or to drop every connection at a chosen moment.  This one can.  It
-speaks just enough of the binary protocol for one producer client (Connect,
-Ping/Pong, PartitionedTopicMetadata, LookupTopic, Producer, CloseProducer,
-Send) and is built on the daemon's own sans-IO codec, so it exercises the same
-framing in the other direction.
+with ``proxy_through_service_url``, to close a producer (naming the broker it
+moved to, or not), to migrate a topic to another cluster, to lose or garble a
+receipt, or to drop every connection at a chosen moment.  This one can, and
+where pulsar-lite differs from the Java broker it does what the Java broker
+does.  It speaks just enough of the binary protocol for one producer client
+(Connect, Ping/Pong, PartitionedTopicMetadata, LookupTopic with advertised
+listeners, Producer, CloseProducer, TopicMigrated, Send) and is built on the
+daemon's own sans-IO codec, so it exercises the same framing in the other
+direction.
 
 It runs an asyncio TCP server on ``127.0.0.1`` in a background thread with its
 own event loop.  Everything it receives is recorded (thread-safely) for tests
@@ -51,6 +54,7 @@ class Lookup:
     conn: int
     topic: str
     authoritative: bool
+    listener: str | None = None  # advertised_listener_name, when the client sent one
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,10 @@ class FakeBroker:
         self.refuse_producers: dict[str, int] = {}
         #: topic -> ServerError code answered to its PartitionedTopicMetadata request.
         self.refuse_metadata: dict[str, int] = {}
+        #: Advertised listener name -> the URL a lookup naming it is answered with.
+        self.listeners: dict[str, str] = {}
+        #: topic -> (brokerServiceUrl, brokerServiceUrlTls) of the cluster it migrated to.
+        self._migrated: dict[str, tuple[str, str]] = {}
         self.port = 0
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -244,8 +252,12 @@ class FakeBroker:
 
         self._call(release())
 
-    def close_producer(self, topic: str) -> int:
-        """Send CloseProducer for every producer of ``topic``; returns how many."""
+    def close_producer(self, topic: str, assigned_url: str | None = None) -> int:
+        """Send CloseProducer for every producer of ``topic``; returns how many.
+
+        ``assigned_url``: the broker the bundle was assigned to, as the extensible
+        load manager's unload sends it (``assignedBrokerServiceUrl``).
+        """
 
         async def close() -> int:
             closed = 0
@@ -253,14 +265,45 @@ class FakeBroker:
                 for producer_id, (producer_topic, _) in list(conn.producers.items()):
                     if producer_topic == topic:
                         del conn.producers[producer_id]
-                        command = _T(type=_T.CLOSE_PRODUCER)
-                        command.close_producer.producer_id = producer_id
-                        command.close_producer.request_id = 0
-                        conn.send(command)
+                        conn.send(_close_producer(producer_id, assigned_url))
                         closed += 1
             return closed
 
         return int(self._call(close()))
+
+    def migrate_topic(self, topic: str, url: str, url_tls: str = "") -> int:
+        """Blue-green migration of ``topic`` to the cluster at ``url``, as the Java broker does it.
+
+        Each producer of the topic gets TopicMigrated then CloseProducer
+        (``Producer.topicMigrated``); a producer created afterwards gets the same
+        pair and no answer to its Producer command (``ServerCnx.buildProducerAndAddTopic``).
+        Returns how many producers were told.
+        """
+
+        async def migrate() -> int:
+            self._migrated[topic] = (url, url_tls)
+            told = 0
+            for conn in self._conns.values():
+                for producer_id, (producer_topic, _) in list(conn.producers.items()):
+                    if producer_topic == topic:
+                        del conn.producers[producer_id]
+                        self._send_migrated(conn, producer_id, topic)
+                        told += 1
+            return told
+
+        return int(self._call(migrate()))
+
+    def _send_migrated(self, conn: _Conn, producer_id: int, topic: str) -> None:
+        url, url_tls = self._migrated[topic]
+        command = _T(type=_T.TOPIC_MIGRATED)
+        migrated = command.topicMigrated
+        migrated.resource_id = producer_id
+        migrated.resource_type = pb.CommandTopicMigrated.Producer
+        migrated.brokerServiceUrl = url
+        if url_tls:
+            migrated.brokerServiceUrlTls = url_tls
+        conn.send(command)
+        conn.send(_close_producer(producer_id, None))
 
     def drop_connections(self) -> int:
         """Abort every client connection (no goodbye); returns how many."""
@@ -387,7 +430,8 @@ class FakeBroker:
         conn.send(reply)
 
     def _lookup_reply(self, conn: _Conn, request: pb.CommandLookupTopic) -> pb.BaseCommand:
-        lookup = Lookup(conn.id, request.topic, request.authoritative)
+        listener = request.advertised_listener_name.strip() or None
+        lookup = Lookup(conn.id, request.topic, request.authoritative, listener)
         with self._lock:
             self._lookups.append(lookup)
             script = self.lookup
@@ -395,7 +439,17 @@ class FakeBroker:
         reply = _T(type=_T.LOOKUP_RESPONSE)
         response = reply.lookupTopicResponse
         response.request_id = request.request_id
-        response.brokerServiceUrl = answer.broker_url or self.url
+        own_url = self.url
+        if listener is not None and answer.broker_url is None:
+            # The Java broker answers with the named listener's URL, and fails a lookup
+            # naming a listener it does not have (NamespaceService / LookupData).
+            if listener not in self.listeners:
+                response.response = _Lookup.Failed
+                response.error = pb.ServiceNotReady
+                response.message = f"the broker do not have {listener} listener"
+                return reply
+            own_url = self.listeners[listener]
+        response.brokerServiceUrl = answer.broker_url or own_url
         response.response = _Lookup.Redirect if answer.redirect else _Lookup.Connect
         response.authoritative = answer.authoritative
         response.proxy_through_service_url = answer.proxy_through_service_url
@@ -410,6 +464,9 @@ class FakeBroker:
                 ProducerRequest(conn.id, request.topic, request.producer_id, requested, name)
             )
         await self._producers_released.wait()
+        if request.topic in self._migrated:
+            self._send_migrated(conn, request.producer_id, request.topic)
+            return
         refusal = self.refuse_producers.get(request.topic)
         if refusal is not None:
             error = _T(type=_T.ERROR)
@@ -486,6 +543,16 @@ class FakeBroker:
         receipt.message_id.ledgerId = 1
         receipt.message_id.entryId = next(self._entry_ids)
         conn.send(reply)
+
+
+def _close_producer(producer_id: int, assigned_url: str | None) -> pb.BaseCommand:
+    """CloseProducer as the Java broker sends it: request_id -1 (``ServerCnx.closeProducer``)."""
+    command = _T(type=_T.CLOSE_PRODUCER)
+    command.close_producer.producer_id = producer_id
+    command.close_producer.request_id = 2**64 - 1  # -1L as a uint64
+    if assigned_url:
+        command.close_producer.assignedBrokerServiceUrl = assigned_url
+    return command
 
 
 def _copy(message: Any) -> Any:

@@ -6,11 +6,14 @@ one for another name) and a client certificate into a directory.
 :class:`SecureFakeBroker` speaks just enough of the Pulsar binary protocol for
 one producer client (Connect, AuthChallenge/AuthResponse, Ping/Pong,
 PartitionedTopicMetadata, LookupTopic, Producer, Send), optionally behind TLS
-(``ssl_context``, a server context) and optionally checking a token: a wrong
-one is answered ``Error(AuthenticationError)`` and the connection closed, as a
-Pulsar broker does.  It runs on its own event loop in a background thread and
-records what it sees, thread-safely.  It is separate from ``fakebroker.py`` on
-purpose: that one scripts producer-side faults, this one the connection's security.
+(``ssl_context``, a server context) and optionally checking a token and/or,
+like a Java broker with ``AuthenticationProviderTls`` (``tls_auth``), that
+Connect names the ``"tls"`` method over a connection that presented a client
+certificate: anything else is answered ``Error(AuthenticationError)`` and the
+connection closed, as a Pulsar broker does (``ServerCnx.handleConnect``).  It
+runs on its own event loop in a background thread and records what it sees,
+thread-safely.  It is separate from ``fakebroker.py`` on purpose: that one
+scripts producer-side faults, this one the connection's security.
 """
 
 from __future__ import annotations
@@ -130,10 +133,13 @@ class SecureFakeBroker:
         ssl_context: ssl.SSLContext | None = None,
         tokens: set[bytes] | None = None,
         challenge: bool = False,
+        tls_auth: bool = False,
     ):
         self.ssl_context = ssl_context
-        #: Accepted tokens; None: no authentication required.
+        #: Accepted tokens; None: no token provider.
         self.tokens = tokens
+        #: The TLS provider: method "tls" and a client certificate authenticate.
+        self.tls_auth = tls_auth
         #: Answer Connect with an AuthChallenge first (a multi-stage method's handshake).
         self.challenge = challenge
         self.port = 0
@@ -261,6 +267,7 @@ class SecureFakeBroker:
                 with self._lock:
                     self._peer_certs.append(peer)
         conn = _Conn(next(self._conn_ids), writer)
+        conn.peer_cert = writer.get_extra_info("peercert") or None
         self._conns[conn.id] = conn
         decoder = FrameDecoder()
         refused = False
@@ -283,17 +290,21 @@ class SecureFakeBroker:
                 writer.transport.abort()
 
     def _check(self, conn: _Conn, method: str, data: bytes, how: str) -> bool:
-        """Record the credentials; a wrong token gets Error(AuthenticationError)."""
+        """Record the credentials; wrong ones get Error(AuthenticationError)."""
         with self._lock:
             self._credentials.append(Credentials(conn.id, method, data, how))
-        if self.tokens is None or (method == "token" and data in self.tokens):
+        if self.tokens is None and not self.tls_auth:
+            return True  # authentication disabled
+        if method == "token" and self.tokens is not None and data in self.tokens:
             return True
+        if method == "tls" and self.tls_auth and conn.peer_cert:
+            return True  # AuthenticationProviderTls: the role is the certificate's CN
         with self._lock:
             self._rejected += 1
         reply = _T(type=_T.ERROR)
         reply.error.request_id = 0
         reply.error.error = pb.AuthenticationError
-        reply.error.message = "Failed to authenticate: invalid token"
+        reply.error.message = "Failed to authenticate"  # what ServerCnx.authenticationFailed says
         conn.send(reply)
         return False
 

@@ -59,7 +59,10 @@ class Server:
         # TLS context and credentials, built once (ConfigError naming the option if unusable).
         self.security = connection_security(config)
         self.pool = ConnectionPool(
-            config.service_url, ssl_context=self.security.ssl_context, auth=self.security.auth
+            config.service_url,
+            ssl_context=self.security.ssl_context,
+            auth=self.security.auth,
+            advertised_listener=config.advertised_listener,
         )
         self.store = (
             SpoolStore(config.spool_dir, config.spool_max_bytes, config.spool_fsync)

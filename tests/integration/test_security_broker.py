@@ -1,15 +1,17 @@
 """The daemon against a broker that demands TLS and/or a token (``tests/securefake.py``).
 
-``pulsar+ssl://`` with a CA file, a client certificate and hostname verification;
-token authentication from a file (re-read: tokens rotate) or the environment,
-including the broker's AuthChallenge; and the token never showing in the daemon's
-log (at debug level), ``/metrics``, ``/status`` or ``--check-config``.
+``pulsar+ssl://`` with a CA file, a client certificate (mutual TLS authentication)
+and hostname verification; token authentication from a file (re-read: tokens
+rotate) or the environment, including the broker's AuthChallenge; and the token
+never showing in the daemon's log (at debug level), ``/metrics``, ``/status`` or
+``--check-config``.
 Every test runs the real daemon process.
 """
 
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 import sys
 import urllib.request
@@ -69,6 +71,10 @@ def refused(daemon: Daemon, broker: SecureFakeBroker, failures: Callable[[], int
     counters = daemon.counters()
     assert counters.acked == 0 and counters.buffered == counters.received > 0
     assert broker.values() == []
+
+
+def client_certificate(pki: Pki) -> tuple[str, ...]:
+    return ("--tls-cert-file", str(pki.client_cert), "--tls-key-file", str(pki.client_key))
 
 
 def get(daemon: Daemon, path: str) -> str:
@@ -131,13 +137,7 @@ def test_a_client_certificate_the_broker_requires_is_presented(
 ) -> None:
     context = server_context(pki.server_cert, pki.server_key, client_ca=pki.ca)
     broker = secure_broker(ssl_context=context)
-    daemon = start_daemon(
-        broker.url,
-        "--tls-ca-file", str(pki.ca),
-        "--tls-cert-file", str(pki.client_cert),
-        "--tls-key-file", str(pki.client_key),
-        *FAST,
-    )  # fmt: skip
+    daemon = start_daemon(broker.url, "--tls-ca-file", str(pki.ca), *client_certificate(pki), *FAST)
     values = [b"with-client-cert"]
     send_values(daemon, unique_topic("client-cert"), values)
     delivered(daemon, broker, values)
@@ -153,6 +153,38 @@ def test_without_the_client_certificate_the_broker_refuses(
     daemon = start_daemon(broker.url, "--tls-ca-file", str(pki.ca), *FAST)
     send_values(daemon, unique_topic("no-client-cert"), [b"a"])
     refused(daemon, broker, lambda: len(broker.tls_failures()))
+
+
+def test_a_client_certificate_without_a_token_authenticates_as_tls(
+    pki: Pki, secure_broker: Callable[..., SecureFakeBroker], start_daemon: Callable[..., Daemon]
+) -> None:
+    """Connect names "tls" with empty data, as the Java client's ``AuthenticationTls`` does;
+    a broker whose provider is ``AuthenticationProviderTls`` requires it
+    (``ServerCnx.handleConnect``)."""
+    context = server_context(pki.server_cert, pki.server_key, client_ca=pki.ca)
+    broker = secure_broker(ssl_context=context, tls_auth=True)
+    daemon = start_daemon(broker.url, "--tls-ca-file", str(pki.ca), *client_certificate(pki), *FAST)
+    values = [b"mtls-1", b"mtls-2"]
+    send_values(daemon, unique_topic("mtls"), values)
+    delivered(daemon, broker, values)
+    assert {(c.method, c.data, c.how) for c in broker.credentials()} == {("tls", b"", "connect")}
+    assert broker.rejected() == 0
+
+
+def test_a_tls_auth_broker_refuses_a_connect_that_does_not_name_tls(
+    pki: Pki, secure_broker: Callable[..., SecureFakeBroker], start_daemon: Callable[..., Daemon]
+) -> None:
+    """Without a client certificate the Connect names no method, and the broker's TLS provider
+    refuses it with AuthenticationError (the TLS layer here asks for a certificate, optionally)."""
+    context = server_context(pki.server_cert, pki.server_key, client_ca=pki.ca)
+    context.verify_mode = ssl.CERT_OPTIONAL
+    broker = secure_broker(ssl_context=context, tls_auth=True)
+    daemon = start_daemon(broker.url, "--tls-ca-file", str(pki.ca), *FAST)
+    send_values(daemon, unique_topic("mtls-refused"), [b"a"])
+    refused(daemon, broker, broker.rejected)
+    assert {c.method for c in broker.credentials()} == {""}
+    assert broker.tls_failures() == []  # refused by authentication, not by the handshake
+    wait_for(lambda: "AuthenticationError" in daemon.log(), 10, "the refusal logged")
 
 
 def test_an_unreadable_ca_file_stops_the_daemon_with_one_line(tmp_path: Path) -> None:

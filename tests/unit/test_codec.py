@@ -179,6 +179,22 @@ def test_lookup_not_authoritative_still_writes_the_field() -> None:
     assert commands.lookup(TOPIC.decode(), 8, False) == expected
 
 
+def test_lookup_naming_an_advertised_listener_golden_bytes() -> None:
+    expected = wire(
+        "00000036",  # totalSize = 54
+        "00000032",  # commandSize = 50
+        "08 17",  # type = LOOKUP
+        "ba 01 2d",  # lookupTopic, 45 bytes
+        "0a 1d",  # topic
+        TOPIC,
+        "10 08",  # request_id = 8
+        "18 01",  # authoritative = true
+        "3a 08",  # advertised_listener_name (7, string), 8 bytes
+        b"internal",
+    )
+    assert commands.lookup(TOPIC.decode(), 8, True, "internal") == expected
+
+
 def test_producer_without_name_golden_bytes() -> None:
     expected = wire(
         "0000002b",  # totalSize = 43
@@ -648,6 +664,46 @@ def test_decode_close_producer() -> None:
     close = command.close_producer
     assert (close.producer_id, close.request_id) == (3, 11)
     assert close.assignedBrokerServiceUrl == "pulsar://b3:6650"
+
+
+def test_decode_close_producer_as_the_java_broker_sends_it() -> None:
+    # ServerCnx.closeProducer writes request_id -1L: a ten-byte varint.
+    data = wire(
+        "0000002e",  # totalSize = 46
+        "0000002a",  # commandSize = 42
+        "08 0f",  # type = CLOSE_PRODUCER (15)
+        "7a 26",  # close_producer, 38 bytes
+        "08 07",  # producer_id (1) = 7
+        "10 ff ff ff ff ff ff ff ff ff 01",  # request_id (2) = 2**64 - 1
+        "22 17",  # assignedBrokerServiceUrlTls (4), 23 bytes
+        b"pulsar+ssl://green:6651",
+    )
+    close = decode_one(data).command.close_producer
+    assert (close.producer_id, close.request_id) == (7, 2**64 - 1)
+    assert not close.HasField("assignedBrokerServiceUrl")
+    assert close.assignedBrokerServiceUrlTls == "pulsar+ssl://green:6651"
+
+
+def test_decode_topic_migrated() -> None:
+    data = wire(
+        "0000003b",  # totalSize = 59
+        "00000037",  # commandSize = 55
+        "08 44",  # type = TOPIC_MIGRATED (68)
+        "a2 04 32",  # topicMigrated: tag (68 << 3 | 2 = 546 -> a2 04), 50 bytes
+        "08 03",  # resource_id (1) = 3
+        "10 00",  # resource_type (2) = Producer (0)
+        "1a 13",  # brokerServiceUrl (3), 19 bytes
+        b"pulsar://green:6650",
+        "22 17",  # brokerServiceUrlTls (4), 23 bytes
+        b"pulsar+ssl://green:6651",
+    )
+    command = decode_one(data).command
+    assert command.type == pb.BaseCommand.TOPIC_MIGRATED
+    migrated = command.topicMigrated
+    assert migrated.resource_id == 3
+    assert migrated.resource_type == pb.CommandTopicMigrated.Producer
+    assert migrated.brokerServiceUrl == "pulsar://green:6650"
+    assert migrated.brokerServiceUrlTls == "pulsar+ssl://green:6651"
 
 
 def test_decode_success() -> None:

@@ -59,6 +59,10 @@ class _ProcessOptions:
     service_url: str = option(
         "pulsar://localhost:6650", parse_service_url,
         "Pulsar service URL, pulsar:// or pulsar+ssl://", "URL")
+    advertised_listener: str = option(
+        "", parse_text,
+        "listener name sent in lookups, for clusters that advertise several "
+        "(empty: the broker's default)", "NAME")
     tls_ca_file: str | None = option(
         None, parse_optional_path,
         "PEM CA certificates to trust for pulsar+ssl:// (default: the system's)", "PATH")

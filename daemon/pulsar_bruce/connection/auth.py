@@ -1,4 +1,4 @@
-"""Token authentication: where the token comes from, and the broker's AuthChallenge.
+"""Authentication: a token (where it comes from) or mutual TLS, and the broker's AuthChallenge.
 
 The token is sent in ``CommandConnect`` (``auth_method_name = "token"``,
 ``auth_data`` = the token's bytes) on every new connection, and again in
@@ -8,6 +8,12 @@ file is re-read each time, so a rotated token is picked up without a restart.
 
 The token itself never reaches a log line, an exception message, ``repr()`` or
 a metric: it lives in a :class:`~pulsar_bruce.model.secret.Secret`.
+
+With a client certificate and no token, ``Connect`` names the ``"tls"``
+method with empty ``auth_data``, as the Java client's ``AuthenticationTls``
+does: the certificate presented in the TLS handshake is the credential, and a
+broker whose only authentication provider is ``AuthenticationProviderTls``
+refuses a Connect that does not name it.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from pulsar_bruce.model.secret import Secret
 log = logging.getLogger(__name__)
 
 TOKEN_METHOD = "token"
+TLS_METHOD = "tls"
 
 
 class AuthSetupError(Exception):
@@ -92,6 +99,18 @@ class TokenAuth:
     def __repr__(self) -> str:
         source = f"path={self.path!r}" if self.path else "token=Secret('***')"
         return f"TokenAuth({source})"
+
+
+class TlsAuth:
+    """Mutual-TLS authentication: the client certificate is the credential, not these bytes."""
+
+    method_name = TLS_METHOD
+
+    def auth_data(self) -> bytes:
+        return b""
+
+    def __repr__(self) -> str:
+        return "TlsAuth()"
 
 
 def _token_bytes(text: str) -> bytes:

@@ -2,8 +2,14 @@
 
 Shared by every producer whose partition lives on that broker.  Requests
 (lookups, producer creation) are matched by ``request_id`` to futures; producer
-events (receipts, send errors, close-producer) are routed by ``producer_id``
-to the listener the producer registered.
+events (receipts, send errors, close-producer, topic-migrated) are routed by
+``producer_id`` to the listener the producer registered.
+
+Where the broker says a producer should go next, the URL matching this
+connection's security is passed on (``...Tls`` on a TLS connection, as the
+Java and Go clients choose): ``CloseProducer`` may name the broker a bundle
+was assigned to (the extensible load manager), ``TopicMigrated`` the cluster
+a topic moved to (blue-green migration, protocol v20).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from pulsar_bruce.connection.protocol import (
 )
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import FrameError
+from pulsar_bruce.model.service_url import ServiceUrl
 
 log = logging.getLogger(__name__)
 _T = pb.BaseCommand
@@ -35,6 +42,10 @@ REQUEST_TIMEOUT_S = 30.0
 
 class ConnectionClosedError(Exception):
     """The connection went away before the answer came."""
+
+
+class ProducerClosedError(ConnectionClosedError):
+    """The broker closed the producer while we were creating it (e.g. its topic migrated)."""
 
 
 class ServerError(Exception):
@@ -53,15 +64,23 @@ class ProducerListener(Protocol):
 
     def on_receipt(self, receipt: pb.CommandSendReceipt) -> None: ...
     def on_send_error(self, error: pb.CommandSendError) -> None: ...
-    def on_close_producer(self) -> None: ...
+    def on_close_producer(self, assigned_url: str | None) -> None:
+        """The broker closed the producer; ``assigned_url``: reconnect there, no lookup."""
+
+    def on_topic_migrated(self, cluster_url: str) -> None:
+        """The topic moved to another cluster: look it up at ``cluster_url`` from now on."""
+
     def on_connection_lost(self) -> None: ...
 
 
 class BrokerConnection(asyncio.Protocol):
     """asyncio protocol for one broker connection."""
 
-    def __init__(self, address: str, core: ConnectionCore, keepalive_interval: float):
+    def __init__(
+        self, address: str, core: ConnectionCore, keepalive_interval: float, tls: bool = False
+    ):
         self.address = address
+        self.tls = tls
         self.core = core
         self.keepalive_interval = keepalive_interval
         self.transport: asyncio.Transport | None = None
@@ -69,11 +88,14 @@ class BrokerConnection(asyncio.Protocol):
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._requests: dict[int, asyncio.Future[pb.BaseCommand]] = {}
         self._producers: dict[int, ProducerListener] = {}
+        #: producer_id -> request_id of its pending creation (failed by a CloseProducer).
+        self._creating: dict[int, int] = {}
         self._keepalive: asyncio.TimerHandle | None = None
         self._handlers: dict[int, Callable[[pb.BaseCommand], None]] = {
             _T.SEND_RECEIPT: self._on_send_receipt,
             _T.SEND_ERROR: self._on_send_error,
             _T.CLOSE_PRODUCER: self._on_close_producer,
+            _T.TOPIC_MIGRATED: self._on_topic_migrated,
             _T.SUCCESS: self._on_response,
             _T.ERROR: self._on_response,
             _T.PRODUCER_SUCCESS: self._on_response,
@@ -117,17 +139,27 @@ class BrokerConnection(asyncio.Protocol):
     def next_request_id(self) -> int:
         return self.core.next_request_id()
 
-    async def request(self, request_id: int, frame: bytes) -> pb.BaseCommand:
-        """Write a request frame and wait for the response carrying ``request_id``."""
+    async def request(
+        self, request_id: int, frame: bytes, *, producer_id: int | None = None
+    ) -> pb.BaseCommand:
+        """Write a request frame and wait for the response carrying ``request_id``.
+
+        ``producer_id``: the request creates that producer; a CloseProducer for it
+        fails the request at once (the Java broker answers nothing else then).
+        """
         if not self.is_usable or self.transport is None:
             raise ConnectionClosedError(f"connection to {self.address} is not usable")
         future: asyncio.Future[pb.BaseCommand] = asyncio.get_running_loop().create_future()
         self._requests[request_id] = future
+        if producer_id is not None:
+            self._creating[producer_id] = request_id
         self.transport.write(frame)
         try:
             response = await asyncio.wait_for(future, REQUEST_TIMEOUT_S)
         finally:
             self._requests.pop(request_id, None)
+            if producer_id is not None and self._creating.get(producer_id) == request_id:
+                del self._creating[producer_id]
         if response.type == _T.ERROR:
             raise ServerError(response.error.error, response.error.message)
         return response
@@ -178,9 +210,45 @@ class BrokerConnection(asyncio.Protocol):
             listener.on_send_error(command.send_error)
 
     def _on_close_producer(self, command: pb.BaseCommand) -> None:
-        listener = self._producers.pop(command.close_producer.producer_id, None)
+        close = command.close_producer
+        producer_id = close.producer_id
+        assigned = self._pick_url(
+            close.assignedBrokerServiceUrl, close.assignedBrokerServiceUrlTls, "assigned broker"
+        )
+        listener = self._producers.pop(producer_id, None)
         if listener is not None:
-            listener.on_close_producer()
+            listener.on_close_producer(assigned)
+        creating = self._requests.get(self._creating.pop(producer_id, -1))
+        if creating is not None and not creating.done():
+            creating.set_exception(
+                ProducerClosedError(
+                    f"{self.address} closed producer {producer_id} while creating it"
+                )
+            )
+
+    def _on_topic_migrated(self, command: pb.BaseCommand) -> None:
+        migrated = command.topicMigrated
+        if migrated.resource_type != pb.CommandTopicMigrated.Producer:
+            return
+        url = self._pick_url(migrated.brokerServiceUrl, migrated.brokerServiceUrlTls, "migrated")
+        listener = self._producers.get(migrated.resource_id)
+        if url is not None and listener is not None:
+            listener.on_topic_migrated(url)
+
+    def _pick_url(self, url: str, url_tls: str, what: str) -> str | None:
+        """The URL for this connection's kind (TLS or not), if the broker sent a usable one."""
+        chosen = url_tls if self.tls else url
+        if not chosen:
+            if url or url_tls:
+                log.warning("%s: %s URL %r has no %s form", self.address, what,
+                            url or url_tls, "TLS" if self.tls else "plain")  # fmt: skip
+            return None
+        try:
+            ServiceUrl.parse(chosen)
+        except ValueError as exc:
+            log.warning("%s: ignoring %s URL: %s", self.address, what, exc)
+            return None
+        return chosen
 
     # -- internals --------------------------------------------------------------------
 
@@ -215,6 +283,7 @@ class BrokerConnection(asyncio.Protocol):
             if not future.done():
                 future.set_exception(ConnectionClosedError(str(exc)))
         self._requests.clear()
+        self._creating.clear()
         producers = list(self._producers.values())
         self._producers.clear()
         for listener in producers:
@@ -252,7 +321,7 @@ async def open_connection(
     address = f"{host}:{port}"
     _, protocol = await asyncio.wait_for(
         loop.create_connection(
-            lambda: BrokerConnection(address, core, keepalive_interval),
+            lambda: BrokerConnection(address, core, keepalive_interval, ssl_context is not None),
             host,
             port,
             ssl=ssl_context,

@@ -4,7 +4,9 @@ One connection per (broker address, proxy target) is shared by everything on
 that broker.  Lookups follow Pulsar's binary lookup protocol: ask the service
 URL, follow ``Redirect`` answers (carrying ``authoritative`` along) up to
 :data:`MAX_REDIRECTS` times, and honour ``proxy_through_service_url`` by
-connecting to the service URL with ``proxy_to_broker_url`` set.
+connecting to the service URL with ``proxy_to_broker_url`` set.  Every lookup
+names the advertised listener, when one is configured.  A topic that migrated
+to another cluster is looked up at that cluster's service URL instead.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import itertools
 import logging
 import ssl
+from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -56,6 +59,7 @@ class ConnectionPool:
         auth_method_name: str | None = None,
         auth_data: bytes | None = None,
         auth: AuthProvider | None = None,
+        advertised_listener: str | None = None,
     ):
         self.service = ServiceUrl.parse(service_url)
         self._service_hosts = itertools.cycle(self.service.hosts)
@@ -66,6 +70,9 @@ class ConnectionPool:
         self._auth_data = auth_data
         #: Asked for credentials on every new connection (a token file may have rotated).
         self._auth = auth
+        #: Sent in every lookup: which of the brokers' listeners (addresses) to answer with.
+        self.advertised_listener = advertised_listener or None
+        self._clusters: dict[str, tuple[ServiceUrl, Iterator[tuple[str, int]]]] = {}
         self._connections: dict[BrokerAddress, BrokerConnection] = {}
         self._connecting: dict[BrokerAddress, asyncio.Task[BrokerConnection]] = {}
 
@@ -74,6 +81,22 @@ class ConnectionPool:
     def service_address(self) -> BrokerAddress:
         host, port = next(self._service_hosts)
         return BrokerAddress(self.service.url_for(host, port))
+
+    def _cluster(self, url: str) -> BrokerAddress:
+        """Another cluster's service URL, its hosts taken in turn like ours."""
+        if url not in self._clusters:
+            cluster = ServiceUrl.parse(url)
+            self._clusters[url] = (cluster, itertools.cycle(cluster.hosts))
+        cluster, hosts = self._clusters[url]
+        return BrokerAddress(cluster.url_for(*next(hosts)))
+
+    @staticmethod
+    def assigned_address(url: str, previous: BrokerAddress | None) -> BrokerAddress:
+        """Where to reach the broker a CloseProducer assigned: directly, or through the same
+        proxy when the producer was proxied (as the Java client's ``grabCnx`` does)."""
+        if previous is not None and previous.proxy_to is not None:
+            return BrokerAddress(previous.url, proxy_to=_host_port(url))
+        return BrokerAddress(url)
 
     async def get(self, address: BrokerAddress) -> BrokerConnection:
         """A usable connection to ``address``; concurrent callers share one attempt."""
@@ -143,9 +166,12 @@ class ConnectionPool:
             )
         return int(answer.partitions)
 
-    async def lookup(self, topic: str) -> BrokerAddress:
-        """The broker that owns ``topic`` (a partition or non-partitioned topic)."""
-        target = self.service_address()
+    async def lookup(self, topic: str, cluster_url: str | None = None) -> BrokerAddress:
+        """The broker that owns ``topic`` (a partition or non-partitioned topic).
+
+        ``cluster_url``: ask that cluster instead of ours (the topic migrated there).
+        """
+        target = self.service_address() if cluster_url is None else self._cluster(cluster_url)
         service = target
         authoritative = False
         for _ in range(MAX_REDIRECTS + 1):
@@ -153,7 +179,8 @@ class ConnectionPool:
             request_id = connection.next_request_id()
             try:
                 response = await connection.request(
-                    request_id, commands.lookup(topic, request_id, authoritative)
+                    request_id,
+                    commands.lookup(topic, request_id, authoritative, self.advertised_listener),
                 )
             except ServerError as exc:
                 raise TopicLookupError(f"lookup of {topic}: {exc}", exc.error) from exc
@@ -181,4 +208,4 @@ class ConnectionPool:
 def _host_port(url: str) -> str:
     """``pulsar://h:p`` -> ``h:p`` (the form ``proxy_to_broker_url`` takes)."""
     parsed = urlsplit(url)
-    return f"{parsed.hostname}:{parsed.port}"
+    return f"{parsed.hostname}:{parsed.port or (6651 if url.startswith('pulsar+ssl') else 6650)}"

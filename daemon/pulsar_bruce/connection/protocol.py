@@ -133,7 +133,7 @@ class ConnectionCore:
             self.state = ConnectionState.CLOSED
             raise HandshakeError(
                 "the broker asks for authentication and no credentials are configured "
-                "(--auth-token-file or PULSAR_BRUCE_AUTH_TOKEN)"
+                "(--auth-token-file, PULSAR_BRUCE_AUTH_TOKEN or --tls-cert-file)"
             )
         data = self._auth_refresh() if self._auth_refresh is not None else self._auth_data
         self._outgoing.append(auth_response_frame(self._auth_method_name, data))

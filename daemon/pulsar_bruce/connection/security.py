@@ -13,7 +13,7 @@ import socket
 import ssl
 from dataclasses import dataclass
 
-from pulsar_bruce.connection.auth import AuthProvider, AuthSetupError, TokenAuth
+from pulsar_bruce.connection.auth import AuthProvider, AuthSetupError, TlsAuth, TokenAuth
 from pulsar_bruce.connection.tls import TlsSetupError, build_ssl_context
 from pulsar_bruce.model.secret import Secret
 from pulsar_bruce.model.service_url import ServiceUrl
@@ -45,7 +45,8 @@ class ConnectionSecurity:
         token: Secret | None = None,
         metrics_listen: tuple[str, int] | None = None,
     ) -> ConnectionSecurity:
-        """TLS for ``pulsar+ssl://``, token auth from a file or a value, and start warnings."""
+        """TLS for ``pulsar+ssl://``, token auth from a file or a value (else, with a client
+        certificate, TLS auth), and start warnings."""
         warnings = []
         tls = ServiceUrl.parse(service_url).tls
         ssl_context = None
@@ -74,6 +75,8 @@ class ConnectionSecurity:
                 raise SecuritySetupError(f"--auth-token-file: {exc}") from None
         elif token is not None:
             auth = TokenAuth(token=token)  # a value in memory cannot be unreadable
+        elif ssl_context is not None and cert_file is not None:
+            auth = TlsAuth()  # the certificate authenticates us; Connect names the method
         if auth is not None and not tls:
             warnings.append(
                 "the auth token is sent over an unencrypted connection (use pulsar+ssl://)"

@@ -51,11 +51,17 @@ def partitioned_metadata(topic: str, request_id: int) -> bytes:
     return encode_command(cmd)
 
 
-def lookup(topic: str, request_id: int, authoritative: bool) -> bytes:
+def lookup(
+    topic: str, request_id: int, authoritative: bool, advertised_listener: str | None = None
+) -> bytes:
+    """``advertised_listener`` names the broker listener whose URL the answer should carry
+    (clusters that advertise several, e.g. internal and external addresses)."""
     cmd = pb.BaseCommand(type=_Type.LOOKUP)
     cmd.lookupTopic.topic = topic
     cmd.lookupTopic.request_id = request_id
     cmd.lookupTopic.authoritative = authoritative
+    if advertised_listener:
+        cmd.lookupTopic.advertised_listener_name = advertised_listener
     return encode_command(cmd)
 
 

@@ -592,6 +592,24 @@ class CommandCloseProducer(_message.Message):
     assignedBrokerServiceUrlTls: str
     def __init__(self, producer_id: _Optional[int] = ..., request_id: _Optional[int] = ..., assignedBrokerServiceUrl: _Optional[str] = ..., assignedBrokerServiceUrlTls: _Optional[str] = ...) -> None: ...
 
+class CommandTopicMigrated(_message.Message):
+    __slots__ = ("resource_id", "resource_type", "brokerServiceUrl", "brokerServiceUrlTls")
+    class ResourceType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        Producer: _ClassVar[CommandTopicMigrated.ResourceType]
+        Consumer: _ClassVar[CommandTopicMigrated.ResourceType]
+    Producer: CommandTopicMigrated.ResourceType
+    Consumer: CommandTopicMigrated.ResourceType
+    RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    BROKERSERVICEURL_FIELD_NUMBER: _ClassVar[int]
+    BROKERSERVICEURLTLS_FIELD_NUMBER: _ClassVar[int]
+    resource_id: int
+    resource_type: CommandTopicMigrated.ResourceType
+    brokerServiceUrl: str
+    brokerServiceUrlTls: str
+    def __init__(self, resource_id: _Optional[int] = ..., resource_type: _Optional[_Union[CommandTopicMigrated.ResourceType, str]] = ..., brokerServiceUrl: _Optional[str] = ..., brokerServiceUrlTls: _Optional[str] = ...) -> None: ...
+
 class CommandSuccess(_message.Message):
     __slots__ = ("request_id", "schema")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
@@ -611,7 +629,7 @@ class CommandError(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., error: _Optional[_Union[ServerError, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class BaseCommand(_message.Message):
-    __slots__ = ("type", "connect", "connected", "producer", "send", "send_receipt", "send_error", "success", "error", "close_producer", "producer_success", "ping", "pong", "partitionMetadata", "partitionMetadataResponse", "lookupTopic", "lookupTopicResponse", "authChallenge", "authResponse")
+    __slots__ = ("type", "connect", "connected", "producer", "send", "send_receipt", "send_error", "success", "error", "close_producer", "producer_success", "ping", "pong", "partitionMetadata", "partitionMetadataResponse", "lookupTopic", "lookupTopicResponse", "authChallenge", "authResponse", "topicMigrated")
     class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         CONNECT: _ClassVar[BaseCommand.Type]
@@ -749,6 +767,7 @@ class BaseCommand(_message.Message):
     LOOKUPTOPICRESPONSE_FIELD_NUMBER: _ClassVar[int]
     AUTHCHALLENGE_FIELD_NUMBER: _ClassVar[int]
     AUTHRESPONSE_FIELD_NUMBER: _ClassVar[int]
+    TOPICMIGRATED_FIELD_NUMBER: _ClassVar[int]
     type: BaseCommand.Type
     connect: CommandConnect
     connected: CommandConnected
@@ -768,4 +787,5 @@ class BaseCommand(_message.Message):
     lookupTopicResponse: CommandLookupTopicResponse
     authChallenge: CommandAuthChallenge
     authResponse: CommandAuthResponse
-    def __init__(self, type: _Optional[_Union[BaseCommand.Type, str]] = ..., connect: _Optional[_Union[CommandConnect, _Mapping]] = ..., connected: _Optional[_Union[CommandConnected, _Mapping]] = ..., producer: _Optional[_Union[CommandProducer, _Mapping]] = ..., send: _Optional[_Union[CommandSend, _Mapping]] = ..., send_receipt: _Optional[_Union[CommandSendReceipt, _Mapping]] = ..., send_error: _Optional[_Union[CommandSendError, _Mapping]] = ..., success: _Optional[_Union[CommandSuccess, _Mapping]] = ..., error: _Optional[_Union[CommandError, _Mapping]] = ..., close_producer: _Optional[_Union[CommandCloseProducer, _Mapping]] = ..., producer_success: _Optional[_Union[CommandProducerSuccess, _Mapping]] = ..., ping: _Optional[_Union[CommandPing, _Mapping]] = ..., pong: _Optional[_Union[CommandPong, _Mapping]] = ..., partitionMetadata: _Optional[_Union[CommandPartitionedTopicMetadata, _Mapping]] = ..., partitionMetadataResponse: _Optional[_Union[CommandPartitionedTopicMetadataResponse, _Mapping]] = ..., lookupTopic: _Optional[_Union[CommandLookupTopic, _Mapping]] = ..., lookupTopicResponse: _Optional[_Union[CommandLookupTopicResponse, _Mapping]] = ..., authChallenge: _Optional[_Union[CommandAuthChallenge, _Mapping]] = ..., authResponse: _Optional[_Union[CommandAuthResponse, _Mapping]] = ...) -> None: ...
+    topicMigrated: CommandTopicMigrated
+    def __init__(self, type: _Optional[_Union[BaseCommand.Type, str]] = ..., connect: _Optional[_Union[CommandConnect, _Mapping]] = ..., connected: _Optional[_Union[CommandConnected, _Mapping]] = ..., producer: _Optional[_Union[CommandProducer, _Mapping]] = ..., send: _Optional[_Union[CommandSend, _Mapping]] = ..., send_receipt: _Optional[_Union[CommandSendReceipt, _Mapping]] = ..., send_error: _Optional[_Union[CommandSendError, _Mapping]] = ..., success: _Optional[_Union[CommandSuccess, _Mapping]] = ..., error: _Optional[_Union[CommandError, _Mapping]] = ..., close_producer: _Optional[_Union[CommandCloseProducer, _Mapping]] = ..., producer_success: _Optional[_Union[CommandProducerSuccess, _Mapping]] = ..., ping: _Optional[_Union[CommandPing, _Mapping]] = ..., pong: _Optional[_Union[CommandPong, _Mapping]] = ..., partitionMetadata: _Optional[_Union[CommandPartitionedTopicMetadata, _Mapping]] = ..., partitionMetadataResponse: _Optional[_Union[CommandPartitionedTopicMetadataResponse, _Mapping]] = ..., lookupTopic: _Optional[_Union[CommandLookupTopic, _Mapping]] = ..., lookupTopicResponse: _Optional[_Union[CommandLookupTopicResponse, _Mapping]] = ..., authChallenge: _Optional[_Union[CommandAuthChallenge, _Mapping]] = ..., authResponse: _Optional[_Union[CommandAuthResponse, _Mapping]] = ..., topicMigrated: _Optional[_Union[CommandTopicMigrated, _Mapping]] = ...) -> None: ...

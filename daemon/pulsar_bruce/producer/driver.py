@@ -4,7 +4,10 @@ Lifecycle (like pulsar-client-go's ``producer_partition.go``): look the
 partition up, get the shared connection to its broker, create the producer
 (passing back the broker-assigned name on re-creation), write every pending
 batch in order, then wait until the connection is lost or the broker closes
-the producer, and start over after an exponential backoff.
+the producer, and start over after an exponential backoff.  Where the broker
+says where to go next, go there: a CloseProducer naming the assigned broker
+is followed at once without a lookup; after a TopicMigrated, lookups go to
+the new cluster's service URL.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pulsar_bruce.connection.broker_connection import (
     ConnectionClosedError,
     ServerError,
 )
-from pulsar_bruce.connection.pool import ConnectionPool, TopicLookupError
+from pulsar_bruce.connection.pool import BrokerAddress, ConnectionPool, TopicLookupError
 from pulsar_bruce.frame import commands
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import FrameError, decode_frame_body
@@ -50,6 +53,11 @@ class ProducerDriver:
         self._linger: asyncio.TimerHandle | None = None
         self._receipt_check: asyncio.TimerHandle | None = None
         self._epoch = 0
+        self._address: BrokerAddress | None = None
+        #: From CloseProducer: the broker to reconnect to at once, without a lookup.
+        self._assigned_url: str | None = None
+        #: From TopicMigrated: the cluster whose service URL answers lookups from now on.
+        self._cluster_url: str | None = None
         self.delivery = delivery or DeliveryPolicy()
         self.receipt_timeout_s = self.delivery.receipt_timeout_s
         self._expiry_check: asyncio.TimerHandle | None = None
@@ -97,7 +105,7 @@ class ProducerDriver:
                 await asyncio.sleep(delay)
                 continue
             except (TimeoutError, ConnectionClosedError, OSError) as exc:
-                delay = self._backoff.next_delay()
+                delay = self._retry_delay()
                 log.warning(
                     "producer for %s not connected (%s); retrying in %.1f s",
                     producer.topic,
@@ -108,13 +116,22 @@ class ProducerDriver:
                 continue
             await self._lost.wait()
             self._disconnect()
-            delay = self._backoff.next_delay()
+            delay = self._retry_delay()
             log.info("producer for %s reconnecting in %.2f s", producer.topic, delay)
             await asyncio.sleep(delay)
 
+    def _retry_delay(self) -> float:
+        """No wait when the broker named where to go (the Java client reconnects at once)."""
+        return 0.0 if self._assigned_url is not None else self._backoff.next_delay()
+
     async def _connect(self) -> None:
         producer = self.producer
-        address = await self.pool.lookup(producer.topic)
+        assigned, self._assigned_url = self._assigned_url, None
+        if assigned is not None:
+            address = self.pool.assigned_address(assigned, self._address)
+        else:
+            address = await self.pool.lookup(producer.topic, self._cluster_url)
+        self._address = address
         connection = await self.pool.get(address)
         self._lost.clear()
         connection.register_producer(producer.producer_id, self)
@@ -130,6 +147,7 @@ class ProducerDriver:
                     self._epoch,
                     user_provided=producer.name_is_ours,
                 ),
+                producer_id=producer.producer_id,
             )
         except BaseException:
             connection.unregister_producer(producer.producer_id)
@@ -322,9 +340,19 @@ class ProducerDriver:
             return False
         return True
 
-    def on_close_producer(self) -> None:
-        log.info("broker closed the producer for %s", self.producer.topic)
+    def on_close_producer(self, assigned_url: str | None = None) -> None:
+        if assigned_url is not None:
+            log.info("broker moved the producer for %s to %s", self.producer.topic, assigned_url)
+        else:
+            log.info("broker closed the producer for %s", self.producer.topic)
+        self._assigned_url = assigned_url
         self._mark_lost()
+
+    def on_topic_migrated(self, cluster_url: str) -> None:
+        if cluster_url != self._cluster_url:
+            log.warning("%s migrated to the cluster at %s; following it", self.producer.topic,
+                        cluster_url)  # fmt: skip
+        self._cluster_url = cluster_url
 
     def on_connection_lost(self) -> None:
         self._mark_lost()
