@@ -128,7 +128,9 @@ class FakeBrokerConnection:
     def next_request_id(self) -> int:
         return next(self._request_ids)
 
-    async def request(self, request_id: int, frame: bytes) -> pb.BaseCommand:
+    async def request(
+        self, request_id: int, frame: bytes, *, producer_id: int | None = None
+    ) -> pb.BaseCommand:
         if self.closed:
             raise ConnectionClosedError("fake connection is closed")
         (decoded,) = decode_frames(frame)
@@ -217,7 +219,7 @@ class FakePool:
     def connection(self) -> FakeBrokerConnection:
         return self.opened[-1]
 
-    async def lookup(self, topic: str) -> BrokerAddress:
+    async def lookup(self, topic: str, cluster_url: str | None = None) -> BrokerAddress:
         self.lookups.append(topic)
         if self.lookups_hang:
             await asyncio.Event().wait()
