@@ -19,9 +19,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from conftest import Broker, Daemon, wait_for
-
-from chaos.tools import (
+from bench.chaos.tools import (
     Outcome,
     SilentBroker,
     Stream,
@@ -34,6 +32,7 @@ from chaos.tools import (
     runs,
     unique_topic,
 )
+from tests.support.processes import Broker, Daemon, wait_for
 
 StartDaemon = Callable[..., Daemon]
 

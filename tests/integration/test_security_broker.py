@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, Daemon, wait_for
-from securefake import Pki, SecureFakeBroker, make_pki, server_context
+
+from tests.support.processes import ROOT, Daemon, wait_for
+from tests.support.securefake import Pki, SecureFakeBroker, make_pki, server_context
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, Broker, consume
 from to_pulsar import encode_any_partition, encode_partition_key
+
+from tests.support.consume import consume
+from tests.support.processes import ROOT, Broker
 
 C_DIR = ROOT / "examples" / "c"
 CFLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-O2"]

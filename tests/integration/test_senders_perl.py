@@ -12,8 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, Broker, consume
 from to_pulsar import encode_any_partition, encode_partition_key
+
+from tests.support.consume import consume
+from tests.support.processes import ROOT, Broker
 
 PERL_DIR = ROOT / "examples" / "perl"
 SEND_PL = PERL_DIR / "to_pulsar_send.pl"

@@ -13,8 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, Broker, consume
 from to_pulsar import SOCKET_ENV_VAR, encode_any_partition
+
+from tests.support.consume import consume
+from tests.support.processes import ROOT, Broker
 
 SCRIPT = ROOT / "examples" / "shell" / "to_pulsar.sh"
 BASH = shutil.which("bash")

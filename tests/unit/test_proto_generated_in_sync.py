@@ -29,8 +29,6 @@ STALE = "generated code is stale: run `make proto`"
 
 
 def _load_pb2() -> ModuleType:
-    if str(DAEMON_DIR) not in sys.path:
-        sys.path.insert(0, str(DAEMON_DIR))
     from pulsar_bruce.frame import pulsar_api_pb2
 
     return pulsar_api_pb2

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fakebroker import decode_batch
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import FrameDecoder, encode_command
+
+from tests.support.fakebroker import decode_batch
 
 _T = pb.BaseCommand
 
