@@ -4,9 +4,13 @@ A real broker (pulsar-lite) cannot be told to redirect a lookup, to answer
 with ``proxy_through_service_url``, to close a producer, to lose or garble a
 receipt, or to drop every connection at a chosen moment.  This one can.  It
 speaks just enough of the binary protocol for one producer client (Connect,
-Ping/Pong, PartitionedTopicMetadata, LookupTopic, Producer, CloseProducer,
-Send) and is built on the daemon's own sans-IO codec, so it exercises the same
-framing in the other direction.
+AuthChallenge/AuthResponse, Ping/Pong, PartitionedTopicMetadata, LookupTopic,
+Producer, CloseProducer, Send) and is built on the daemon's own sans-IO codec,
+so it exercises the same framing in the other direction.
+
+Optionally it sits behind TLS (``ssl_context``, a server context: see
+``pki.py``) and checks a token (``tokens``): a wrong one is answered
+``Error(AuthenticationError)`` and the connection closed, as a Pulsar broker does.
 
 It runs an asyncio TCP server on ``127.0.0.1`` in a background thread with its
 own event loop.  Everything it receives is recorded (thread-safely) for tests
@@ -17,94 +21,38 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import struct
+import ssl
 import threading
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any
 
-from pulsar_bruce.batch.compression import decompress
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import Frame, FrameDecoder, encode_command
 
+from tests.support.fakewire import (
+    Credentials,
+    Lookup,
+    LookupAnswer,
+    Message,
+    ProducerRequest,
+    Sent,
+    copy_message,
+    decode_batch,
+)
+
+__all__ = [
+    "Credentials",
+    "FakeBroker",
+    "Lookup",
+    "LookupAnswer",
+    "Message",
+    "ProducerRequest",
+    "Sent",
+    "decode_batch",
+]
+
 _T = pb.BaseCommand
 _Lookup = pb.CommandLookupTopicResponse
-_U32 = struct.Struct(">I")
-
-
-@dataclass(frozen=True)
-class LookupAnswer:
-    """How the fake answers one LookupTopic.  ``broker_url`` None means this broker."""
-
-    broker_url: str | None = None
-    redirect: bool = False
-    authoritative: bool = True
-    proxy_through_service_url: bool = False
-
-    @classmethod
-    def redirect_to(cls, url: str, authoritative: bool = True) -> LookupAnswer:
-        return cls(url, redirect=True, authoritative=authoritative)
-
-
-@dataclass(frozen=True)
-class Lookup:
-    conn: int
-    topic: str
-    authoritative: bool
-
-
-@dataclass(frozen=True)
-class ProducerRequest:
-    conn: int
-    topic: str
-    producer_id: int
-    requested_name: str | None  # what the client asked for (None: let the broker pick)
-    assigned_name: str
-
-
-@dataclass(frozen=True)
-class Sent:
-    """One Send frame (a batch) as received."""
-
-    conn: int
-    topic: str
-    producer_name: str
-    producer_id: int
-    sequence_id: int
-    highest_sequence_id: int
-    num_messages: int
-    values: tuple[bytes, ...]
-    receipt: str  # "sent", "swallowed", "wrong" or "error"
-
-
-@dataclass(frozen=True)
-class Message:
-    """One message out of a batch; ``sequence_id`` is the batch's plus its index."""
-
-    conn: int
-    topic: str
-    producer_name: str
-    sequence_id: int
-    value: bytes
-    key: str
-
-
-def decode_batch(frame: Frame) -> list[tuple[str, bytes]]:
-    """``(key, value)`` of every entry ``[u32 size][SingleMessageMetadata][value]``."""
-    md = frame.metadata
-    assert md is not None, "Send without a payload section"
-    data = decompress(md.compression, frame.payload, md.uncompressed_size)
-    entries = []
-    offset = 0
-    for _ in range(md.num_messages_in_batch):
-        (size,) = _U32.unpack_from(data, offset)
-        single = pb.SingleMessageMetadata()
-        single.ParseFromString(data[offset + 4 : offset + 4 + size])
-        start = offset + 4 + size
-        entries.append((single.partition_key, data[start : start + single.payload_size]))
-        offset = start + single.payload_size
-    assert offset == len(data), f"{len(data) - offset} bytes left after the batch entries"
-    return entries
 
 
 class _Conn:
@@ -114,6 +62,7 @@ class _Conn:
         self.id = conn_id
         self.writer = writer
         self.producers: dict[int, tuple[str, str]] = {}  # producer_id -> (topic, name)
+        self.ready = False  # Connected sent (after any authentication)
 
     def send(self, command: pb.BaseCommand) -> None:
         if not self.writer.is_closing():
@@ -124,7 +73,13 @@ class FakeBroker:
     """See the module docstring.  ``start()``, use ``.url``, ``stop()``."""
 
     def __init__(
-        self, partitions: int = 0, last_sequence_id: int = -1, max_message_size: int | None = None
+        self,
+        partitions: int = 0,
+        last_sequence_id: int = -1,
+        max_message_size: int | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        tokens: set[bytes] | None = None,
+        challenge: bool = False,
     ):
         self.partitions = partitions
         self.last_sequence_id = last_sequence_id
@@ -135,6 +90,13 @@ class FakeBroker:
         self.refuse_producers: dict[str, int] = {}
         #: topic -> ServerError code answered to its PartitionedTopicMetadata request.
         self.refuse_metadata: dict[str, int] = {}
+        #: TLS in front of the protocol when set.
+        self.ssl_context = ssl_context
+        #: Accepted tokens; None: no authentication required.
+        self.tokens = tokens
+        #: Answer Connect with an AuthChallenge first (a multi-stage method's handshake).
+        self.challenge = challenge
+        self.accepted = 0  # TCP connections, before any TLS
         self.port = 0
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -158,12 +120,17 @@ class FakeBroker:
         self._sends: list[Sent] = []
         self._messages: list[Message] = []
         self._errors: list[str] = []
+        self._tls_failures: list[str] = []
+        self._credentials: list[Credentials] = []
+        self._rejected = 0
+        self._peer_certs: list[dict[str, Any]] = []
 
     # -- lifecycle ---------------------------------------------------------------------
 
     @property
     def url(self) -> str:
-        return f"pulsar://127.0.0.1:{self.port}"
+        scheme = "pulsar+ssl" if self.ssl_context else "pulsar"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     def start(self) -> FakeBroker:
         started = threading.Event()
@@ -285,6 +252,17 @@ class FakeBroker:
 
         return int(self._call(ping()))
 
+    def challenge_all(self) -> int:
+        """Ask every ready connection for fresh credentials (``auth_data`` "refresh")."""
+
+        async def challenge() -> int:
+            ready = [conn for conn in self._conns.values() if conn.ready]
+            for conn in ready:
+                conn.send(_challenge())
+            return len(ready)
+
+        return int(self._call(challenge()))
+
     # -- records (copies, safe to read from any thread) ------------------------------------
 
     def commands(self, conn: int | None = None) -> list[str]:
@@ -319,39 +297,126 @@ class FakeBroker:
     def values(self) -> list[bytes]:
         return [m.value for m in self.messages()]
 
+    def tls_failures(self) -> list[str]:
+        with self._lock:
+            return list(self._tls_failures)
+
+    def credentials(self) -> list[Credentials]:
+        with self._lock:
+            return list(self._credentials)
+
+    def rejected(self) -> int:
+        """Connections refused for their credentials."""
+        with self._lock:
+            return self._rejected
+
+    def peer_certs(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._peer_certs)
+
     # -- protocol ----------------------------------------------------------------------
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with self._lock:
+            self.accepted += 1
+        if self.ssl_context is not None and not await self._start_tls(writer):
+            return
         conn = _Conn(next(self._conn_ids), writer)
         self._conns[conn.id] = conn
         decoder = FrameDecoder()
+        refused = False
         try:
-            while data := await reader.read(65536):
+            while not refused and (data := await reader.read(65536)):
                 for frame in decoder.feed(data):
-                    self._handle(conn, frame)
-        except ConnectionError:
+                    if not self._handle(conn, frame):
+                        refused = True  # the Error goes out, then the connection closes
+                        break
+        except (ConnectionError, ssl.SSLError):
             pass
         except Exception as exc:  # a protocol violation by the client: make it visible
             with self._lock:
                 self._errors.append(f"connection {conn.id}: {exc!r}")
         finally:
-            del self._conns[conn.id]
-            writer.transport.abort()
+            self._conns.pop(conn.id, None)
+            if refused:
+                writer.close()
+            else:
+                writer.transport.abort()
 
-    def _handle(self, conn: _Conn, frame: Frame) -> None:
+    async def _start_tls(self, writer: asyncio.StreamWriter) -> bool:
+        assert self.ssl_context is not None
+        try:
+            await writer.start_tls(self.ssl_context)
+        except (ssl.SSLError, OSError) as exc:
+            with self._lock:
+                self._tls_failures.append(repr(exc))
+            writer.transport.abort()
+            return False
+        peer = writer.get_extra_info("peercert")
+        if peer:
+            with self._lock:
+                self._peer_certs.append(peer)
+        return True
+
+    def _check(self, conn: _Conn, method: str, data: bytes, how: str) -> bool:
+        """Record the credentials; a wrong token gets Error(AuthenticationError)."""
+        with self._lock:
+            self._credentials.append(Credentials(conn.id, method, data, how))
+        if self.tokens is None or (method == "token" and data in self.tokens):
+            return True
+        with self._lock:
+            self._rejected += 1
+        reply = _T(type=_T.ERROR)
+        reply.error.request_id = 0
+        reply.error.error = pb.AuthenticationError
+        reply.error.message = "Failed to authenticate: invalid token"
+        conn.send(reply)
+        return False
+
+    def _connected(self, conn: _Conn, protocol_version: int) -> None:
+        conn.ready = True
+        reply = _T(type=_T.CONNECTED)
+        reply.connected.server_version = "fake-broker"
+        reply.connected.protocol_version = protocol_version
+        if self.max_message_size is not None:
+            reply.connected.max_message_size = self.max_message_size
+        conn.send(reply)
+
+    def _authenticate(self, conn: _Conn, command: pb.BaseCommand) -> bool:
+        """Connect or AuthResponse; False closes the connection."""
+        if command.type == _T.CONNECT:
+            c = command.connect
+            with self._lock:
+                self._connects.append((conn.id, copy_message(c)))
+            if self.challenge:
+                with self._lock:
+                    self._credentials.append(
+                        Credentials(conn.id, c.auth_method_name, c.auth_data, "connect")
+                    )
+                conn.send(_challenge())
+                return True
+            if not self._check(conn, c.auth_method_name, c.auth_data, "connect"):
+                return False
+            self._connected(conn, c.protocol_version)
+            return True
+        response = command.authResponse.response
+        if not self._check(conn, response.auth_method_name, response.auth_data, "auth_response"):
+            return False
+        if not conn.ready:
+            self._connected(conn, command.authResponse.protocol_version)
+        return True
+
+    def _handle(self, conn: _Conn, frame: Frame) -> bool:
+        """Answer one command; False closes the connection."""
         command = frame.command
         kind = command.type
         with self._lock:
             self._commands.append((conn.id, _T.Type.Name(kind)))
-        if kind == _T.CONNECT:
-            with self._lock:
-                self._connects.append((conn.id, _copy(command.connect)))
-            reply = _T(type=_T.CONNECTED)
-            reply.connected.server_version = "fake-broker"
-            reply.connected.protocol_version = command.connect.protocol_version
-            if self.max_message_size is not None:
-                reply.connected.max_message_size = self.max_message_size
-        elif kind == _T.PING:
+        if kind in (_T.CONNECT, _T.AUTH_RESPONSE):
+            return self._authenticate(conn, command)
+        if not conn.ready:
+            raise AssertionError(f"{_T.Type.Name(kind)} before Connected")
+        if kind == _T.PING:
             reply = _T(type=_T.PONG)
             reply.pong.SetInParent()
         elif kind == _T.PARTITIONED_METADATA:
@@ -370,21 +435,22 @@ class FakeBroker:
             reply = self._lookup_reply(conn, command.lookupTopic)
         elif kind == _T.PRODUCER:  # answered by a task: it may be held
             task = asyncio.get_running_loop().create_task(
-                self._producer_reply(conn, _copy(command.producer))
+                self._producer_reply(conn, copy_message(command.producer))
             )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-            return
+            return True
         elif kind == _T.CLOSE_PRODUCER:
             conn.producers.pop(command.close_producer.producer_id, None)
             reply = _T(type=_T.SUCCESS)
             reply.success.request_id = command.close_producer.request_id
         elif kind == _T.SEND:
             self._on_send(conn, frame)
-            return
+            return True
         else:
-            return  # PONG, and anything a producer client needs no answer to
+            return True  # PONG, and anything a producer client needs no answer to
         conn.send(reply)
+        return True
 
     def _lookup_reply(self, conn: _Conn, request: pb.CommandLookupTopic) -> pb.BaseCommand:
         lookup = Lookup(conn.id, request.topic, request.authoritative)
@@ -395,7 +461,9 @@ class FakeBroker:
         reply = _T(type=_T.LOOKUP_RESPONSE)
         response = reply.lookupTopicResponse
         response.request_id = request.request_id
-        response.brokerServiceUrl = answer.broker_url or self.url
+        response.brokerServiceUrl = answer.broker_url or f"pulsar://127.0.0.1:{self.port}"
+        if self.ssl_context is not None:
+            response.brokerServiceUrlTls = answer.broker_url or self.url
         response.response = _Lookup.Redirect if answer.redirect else _Lookup.Connect
         response.authoritative = answer.authoritative
         response.proxy_through_service_url = answer.proxy_through_service_url
@@ -488,7 +556,10 @@ class FakeBroker:
         conn.send(reply)
 
 
-def _copy(message: Any) -> Any:
-    copy = type(message)()
-    copy.CopyFrom(message)
-    return copy
+def _challenge() -> pb.BaseCommand:
+    command = _T(type=_T.AUTH_CHALLENGE)
+    command.authChallenge.server_version = "fake-broker"
+    command.authChallenge.challenge.auth_method_name = "token"
+    command.authChallenge.challenge.auth_data = b"refresh"
+    command.authChallenge.protocol_version = pb.v20
+    return command

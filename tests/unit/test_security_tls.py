@@ -12,7 +12,7 @@ from pulsar_bruce.config import ConfigError, load_config
 from pulsar_bruce.connection.tls import TlsSetupError, build_ssl_context
 from pulsar_bruce.server import connection_security
 
-from tests.support.securefake import Pki, make_pki
+from tests.support.pki import Pki, make_pki
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
 
