@@ -5,12 +5,14 @@ The processes themselves live in ``tests/support/processes.py`` (the bench uses 
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.processes import Broker, Daemon
+from tests.support.senders import datagram_receiver, short_socket_path
 
 
 @pytest.fixture(scope="session")
@@ -55,3 +57,20 @@ def start_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
     yield start
     for daemon in started:
         daemon.kill()
+
+
+# -- senders ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sock_path(tmp_path: Path) -> Iterator[Path]:
+    """A socket path short enough for sun_path (108 bytes) even with a deep tmp_path."""
+    with short_socket_path(tmp_path) as path:
+        yield path
+
+
+@pytest.fixture
+def receiver(sock_path: Path) -> Iterator[socket.socket]:
+    """A datagram socket bound at ``sock_path``, standing in for the daemon."""
+    with datagram_receiver(sock_path) as sock:
+        yield sock
