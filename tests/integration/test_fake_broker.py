@@ -1,7 +1,7 @@
 """The daemon against a scripted fake broker: redirects, proxying, lost receipts, closed producers.
 
 These are the broker behaviours a real broker cannot be made to show on demand
-(see ``tests/fakebroker.py``).  Every test runs the real daemon process.
+(see ``tests/support/fakebroker.py``).  Every test runs the real daemon process.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from types import ModuleType
 import pytest
 from google.protobuf.descriptor import FieldDescriptor
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 PROTO_DIR = REPO_ROOT / "proto"
 PROTO_FILE = PROTO_DIR / "pulsar_api.proto"
 DAEMON_DIR = REPO_ROOT / "daemon"

@@ -11,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from pulsar_bruce import reasons
 from pulsar_bruce.model.ledger import ENTRY_OVERHEAD, Ledger, TopicCounters, memory_charge
 
-DAEMON = Path(__file__).resolve().parents[2] / "daemon" / "pulsar_bruce"
+DAEMON = Path(__file__).resolve().parents[4] / "daemon" / "pulsar_bruce"
 
 
 def test_a_new_ledger_is_empty_and_knows_every_reason() -> None:
