@@ -1,6 +1,6 @@
 """The chaos scenarios of issue 4, point 2, each against real processes.
 
-Every scenario takes a ``Broker`` (``tests/conftest.py``: a pulsar-lite process
+Every scenario takes a ``Broker`` (``tests/support/processes.py``: a pulsar-lite process
 that can be SIGKILLed and restarted on the same port and data dir) and/or a
 ``start_daemon(service_url, *args) -> Daemon`` factory, drives one fault, reads
 every value back with the official client and returns an :class:`Outcome`: the
