@@ -29,7 +29,7 @@ lint: $(STAMP)
 
 ## bench: throughput, CPU, latency and memory vs the official client (a few minutes; see bench/)
 bench: $(STAMP)
-	$(BIN)/python bench/throughput.py $(BENCH_ARGS)
+	$(BIN)/python -m bench.throughput $(BENCH_ARGS)
 
 ## proto: regenerate daemon/pulsar_bruce/frame/pulsar_api_pb2.py(i) from proto/
 proto: $(STAMP)

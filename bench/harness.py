@@ -9,58 +9,36 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import processes
+from tests.support.processes import (
+    ROOT,
+    SOURCE_ROOTS,
+    Broker,
+    Counters,
+    ProcessError,
+    source_env,
+    wait_for,
+)
+
+__all__ = ["ROOT", "Broker", "Counters", "Daemon", "Worker", "wait_for"]
+
 BENCH = Path(__file__).resolve().parent
 QLEN_PATH = Path("/proc/sys/net/unix/max_dgram_qlen")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
-T = TypeVar("T")
 
-
-class BenchError(Exception):
-    """A process failed or a condition was not met in time."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
-def wait_for(condition: Callable[[], T | None], timeout: float, what: str) -> T:
-    """Poll ``condition`` (5 ms doubling to 100 ms) until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    interval = 0.005
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise BenchError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
-        interval = min(interval * 2, 0.1)
+#: A process failed or a condition was not met in time.
+BenchError = ProcessError
 
 
 #: Where child processes import ``pulsar_bruce`` and ``to_pulsar`` from (see snapshot_sources).
-_source_roots: list[Path] = [ROOT / "daemon", ROOT / "client_lib"]
+_source_roots: list[Path] = list(SOURCE_ROOTS)
 
 
 def snapshot_sources(dest: Path) -> str:
@@ -98,20 +76,6 @@ def describe_revision() -> str:
     if not changed:
         return f"git HEAD {head}, no local changes under daemon/ client_lib/"
     return f"git HEAD {head} + {len(changed)} changed/new file(s) under daemon/ client_lib/"
-
-
-def source_env() -> dict[str, str]:
-    """The environment for child processes: the source roots first on PYTHONPATH.
-
-    Prepending them means the checkout is what gets measured, whether or not (and
-    however) the package is installed in the running interpreter's environment.
-    """
-    env = dict(os.environ)
-    roots = [str(root) for root in _source_roots]
-    if env.get("PYTHONPATH"):
-        roots.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(roots)
-    return env
 
 
 # -- /proc -------------------------------------------------------------------------------------
@@ -200,208 +164,27 @@ def _package_versions() -> dict[str, str]:
     return found
 
 
-# -- broker ------------------------------------------------------------------------------------
-
-
-class Broker:
-    """One pulsar-lite process on a free port with its own data dir; restartable on that port."""
-
-    def __init__(self, workdir: Path, partitions: int):
-        from pulsar_lite.binary_finder import find_pulsar_lite_binary
-
-        self.binary = str(find_pulsar_lite_binary())
-        self.workdir = workdir
-        self.partitions = partitions
-        self.port = free_port()
-        self.url = f"pulsar://127.0.0.1:{self.port}"
-        self.process: subprocess.Popen[bytes] | None = None
-        workdir.mkdir(parents=True, exist_ok=True)
-        (workdir / "pulsar-lite.toml").write_text(
-            f"default_partitions = {partitions}\n\n[metrics]\nenabled = false\n"
-        )
-
-    @property
-    def pid(self) -> int:
-        if self.process is None:
-            raise BenchError("broker is not running")
-        return self.process.pid
-
-    def start(self) -> None:
-        with (self.workdir / "broker.log").open("ab") as log:
-            self.process = subprocess.Popen(
-                [
-                    self.binary,
-                    "--config",
-                    str(self.workdir / "pulsar-lite.toml"),
-                    "--addr",
-                    f"127.0.0.1:{self.port}",
-                    "--db-path",
-                    str(self.workdir / "data"),
-                    "--log-level",
-                    "warn",
-                ],
-                cwd=self.workdir,
-                stdout=log,
-                stderr=log,
-            )
-        wait_for(self._listening, 30, "the broker to listen")
-
-    def _listening(self) -> bool:
-        if self.process is not None and self.process.poll() is not None:
-            raise BenchError(f"broker exited with {self.process.returncode}; see {self.workdir}")
-        return port_open(self.port)
-
-    def kill(self) -> None:
-        """SIGKILL: the broker vanishes without closing anything."""
-        if self.process is not None:
-            self.process.kill()
-            self.process.wait(10)
-            self.process = None
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-            self.process = None
-
-
 # -- daemon ------------------------------------------------------------------------------------
 
 
-@dataclass
-class Counters:
-    """One scrape of the daemon's accounting counters (and the latency histogram)."""
-
-    received: int = 0
-    acked: int = 0
-    buffered: int = 0
-    possible_duplicates: int = 0
-    discarded: dict[str, int] = field(default_factory=dict)
-    #: ``pulsar_bruce_send_latency_seconds`` cumulative buckets: upper bound -> count.
-    latency_buckets: dict[float, int] = field(default_factory=dict)
-
-    @property
-    def total_discarded(self) -> int:
-        return sum(self.discarded.values())
-
-    @property
-    def settled(self) -> int:
-        """Messages with an outcome: acked or discarded."""
-        return self.acked + self.total_discarded
-
-
-_DISCARDED = re.compile(r'^pulsar_bruce_discarded_total\{reason="([a-z_]+)"\} (\S+)$')
-_LATENCY_BUCKET = re.compile(r'^pulsar_bruce_send_latency_seconds_bucket\{le="([^"]+)"\} (\S+)$')
-_SIMPLE = {
-    "pulsar_bruce_received_total": "received",
-    "pulsar_bruce_acked_total": "acked",
-    "pulsar_bruce_buffered_messages": "buffered",
-    "pulsar_bruce_possible_duplicates_total": "possible_duplicates",
-}
-
-
-def parse_counters(text: str) -> Counters:
-    counters = Counters()
-    for line in text.splitlines():
-        if not line.startswith("pulsar_bruce_"):
-            continue
-        name, _, value = line.partition(" ")
-        attribute = _SIMPLE.get(name)
-        if attribute is not None:
-            setattr(counters, attribute, int(float(value)))
-        elif match := _DISCARDED.match(line):
-            counters.discarded[match.group(1)] = int(float(match.group(2)))
-        elif match := _LATENCY_BUCKET.match(line):
-            counters.latency_buckets[float(match.group(1))] = int(float(match.group(2)))
-    return counters
-
-
-class Daemon:
-    """``python -m pulsar_bruce`` as a subprocess; counters read from its /metrics."""
+class Daemon(processes.Daemon):
+    """The shared daemon process, quieter, run from the snapshot, with its scrapes counted."""
 
     def __init__(self, workdir: Path, service_url: str, extra_args: list[str]):
-        workdir.mkdir(parents=True, exist_ok=True)
-        self.workdir = workdir
-        self.socket_path = str(workdir / "bruce.sock")
-        self.metrics_port = free_port()
-        self.log_path = workdir / "daemon.log"
-        self.argv = [
-            sys.executable,
-            "-m",
-            "pulsar_bruce",
-            "--socket",
-            self.socket_path,
-            "--service-url",
+        super().__init__(
+            workdir,
             service_url,
-            "--metrics-listen",
-            f"127.0.0.1:{self.metrics_port}",
-            "--log-level",
-            "warning",
-            *extra_args,
-        ]
+            ["--log-level", "warning", *extra_args],
+            source_roots=_source_roots,
+            cwd=workdir,
+        )
         self.scrapes = 0
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.argv, stdout=log, stderr=log, env=source_env(), cwd=workdir
-            )
-        wait_for(self._serving, 30, "the daemon to serve")
 
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def _serving(self) -> bool:
-        self.check_alive()
-        return os.path.exists(self.socket_path) and port_open(self.metrics_port)
-
-    def check_alive(self) -> None:
-        if self.process.poll() is not None:
-            tail = self.log_path.read_text(errors="replace")[-2000:]
-            raise BenchError(f"daemon exited with {self.process.returncode}:\n{tail}")
-
-    def scrape(self) -> Counters:
-        """One GET /metrics over a raw socket (cheaper than urllib at a 5 ms poll)."""
+    def counters(self) -> Counters:
         self.scrapes += 1
-        with socket.create_connection(("127.0.0.1", self.metrics_port), timeout=10) as conn:
-            conn.sendall(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")
-            chunks = []
-            while chunk := conn.recv(65536):
-                chunks.append(chunk)
-        response = b"".join(chunks).decode("latin-1")
-        head, _, body = response.partition("\r\n\r\n")
-        if not head.startswith("HTTP/1.1 200"):
-            raise BenchError(f"unexpected /metrics response: {head[:200]!r}")
-        return parse_counters(body)
+        return super().counters()
 
-    def wait_settled(self, expected_received: int, timeout: float) -> Counters:
-        """Until every datagram counted so far has an outcome (buffered == 0)."""
-
-        last = Counters()
-
-        def settled() -> Counters | None:
-            nonlocal last
-            self.check_alive()
-            last = self.scrape()
-            return last if last.received >= expected_received and last.buffered == 0 else None
-
-        try:
-            return wait_for(settled, timeout, f"{expected_received} datagrams to settle")
-        except BenchError as exc:
-            tail = self.log_path.read_text(errors="replace")[-2000:]
-            raise BenchError(f"{exc}; last scrape {last}; daemon log tail:\n{tail}") from exc
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+    scrape = counters
 
 
 # -- worker subprocesses -----------------------------------------------------------------------
@@ -423,7 +206,7 @@ class Worker:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
-                env=source_env(),
+                env=source_env(_source_roots),
                 text=True,
             )
         line = self._read_line(60)

@@ -16,9 +16,9 @@ latency at a fixed offered rate, and the daemon's RSS idle and while holding 1,0
 unacknowledged messages with the broker killed. Exits 1 if any run loses a message
 (2 if the bench itself fails); the issue's targets are printed, never enforced.
 
-    python bench/throughput.py                 # the full run (a few minutes)
-    python bench/throughput.py --quick         # a smoke run
-    python bench/throughput.py --set-qlen 512  # as root: raise net.unix.max_dgram_qlen
+    python -m bench.throughput                 # the full run (a few minutes)
+    python -m bench.throughput --quick         # a smoke run
+    python -m bench.throughput --set-qlen 512  # as root: raise net.unix.max_dgram_qlen
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import (
+from to_pulsar import Sender
+
+from bench.harness import (
     QLEN_PATH,
-    ROOT,
     BenchError,
     Broker,
     Counters,
@@ -54,11 +55,8 @@ from harness import (
     snapshot_sources,
     wait_for,
 )
-from profile_summary import summarize
-from workers import STAMP
-
-sys.path.insert(0, str(ROOT / "client_lib"))
-from to_pulsar import Sender
+from bench.profile_summary import summarize
+from bench.workers import STAMP
 
 #: How often the daemon's /metrics is polled while waiting for acks.
 POLL_S = 0.005

@@ -1,22 +1,21 @@
 """Brokers and daemons for the long-form runners, outside pytest.
 
-Uses the test suite's own ``Broker`` and ``Daemon`` (``tests/conftest.py``).  With
-``snapshot`` the checkout's ``daemon/`` and ``client_lib/`` are copied first and
-every process of the run (and this one's imports) uses that copy, so a working
-tree edited during a long run cannot mix two versions of the code.
+Uses the test suite's own ``Broker`` and ``Daemon`` (``tests/support/processes.py``).
+With ``snapshot`` the checkout's ``daemon/`` and ``client_lib/`` are copied first and
+every daemon of the run uses that copy, so a working tree edited during a long run
+cannot mix two versions of the code.  (This process's own imports, such as the fuzz
+classifier's parser, come from the installed package.)
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.processes import ROOT, SOURCE_ROOTS, Broker, Daemon
 
 
 class Lab:
@@ -24,10 +23,7 @@ class Lab:
         self.keep = keep or workdir is not None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="pulsar-bruce-chaos-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
-        sys.path.insert(0, str(ROOT / "tests"))
-        import conftest
-
-        self._conftest = conftest
+        self.source_roots = list(SOURCE_ROOTS)
         self.code = _describe_checkout()
         if snapshot:
             copy = self.workdir / "code"
@@ -35,25 +31,24 @@ class Lab:
                 shutil.copytree(
                     ROOT / name, copy / name, ignore=shutil.ignore_patterns("__pycache__")
                 )
-                sys.path.insert(0, str(copy / name))
-            conftest.ROOT = copy  # Daemon puts ROOT/daemon and ROOT/client_lib on PYTHONPATH
+            self.source_roots = [copy / "daemon", copy / "client_lib"]
             self.code += f", snapshot in {copy}"
-        self._brokers: list[Any] = []
-        self._daemons: list[Any] = []
+        self._brokers: list[Broker] = []
+        self._daemons: list[Daemon] = []
         self._count = 0
 
-    def broker(self, partitions: int = 4) -> Any:
+    def broker(self, partitions: int = 4) -> Broker:
         self._count += 1
-        broker = self._conftest.Broker(self.workdir / f"broker{self._count}", partitions)
+        broker = Broker(self.workdir / f"broker{self._count}", partitions)
         broker.start()
         self._brokers.append(broker)
         return broker
 
-    def start_daemon(self, service_url: str, *args: str) -> Any:
+    def start_daemon(self, service_url: str, *args: str) -> Daemon:
         self._count += 1
         workdir = self.workdir / f"daemon{self._count}"
         workdir.mkdir()
-        daemon = self._conftest.Daemon(workdir, service_url, list(args))
+        daemon = Daemon(workdir, service_url, list(args), self.source_roots)
         self._daemons.append(daemon)
         return daemon
 

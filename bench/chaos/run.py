@@ -1,9 +1,9 @@
 """Chaos, long form (issue 4, point 2): prints a report, exits 1 if any scenario lost a message
 or broke another expectation.
 
-    .venv/bin/python bench/chaos/run.py                      # every scenario, long form
-    .venv/bin/python bench/chaos/run.py restarts outage      # some of them
-    .venv/bin/python bench/chaos/run.py --messages 20000 --outage-s 5 --silent-connections 3
+    .venv/bin/python -m bench.chaos.run                      # every scenario, long form
+    .venv/bin/python -m bench.chaos.run restarts outage      # some of them
+    .venv/bin/python -m bench.chaos.run --messages 20000 --outage-s 5 --silent-connections 3
 
 Scenarios (``bench/chaos/scenarios.py``; ``tests/integration/test_chaos.py`` is the short form):
 
@@ -31,10 +31,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from chaos.lab import Lab
-from chaos.tools import Outcome
+from bench.chaos.lab import Lab
+from bench.chaos.tools import Outcome
 
 SCENARIOS = ("restarts", "outage", "outage-spool", "sigterm", "silent")
 
@@ -76,7 +74,7 @@ def main() -> int:
     outcomes: list[Outcome] = []
     started = time.monotonic()
     with Lab(args.workdir, snapshot=not args.no_snapshot) as lab:
-        from chaos import scenarios
+        from bench.chaos import scenarios
 
         print(lab.code, flush=True)
         plan: list[Callable[[], Outcome]] = []

@@ -1,6 +1,6 @@
 """The chaos scenarios of issue 4, point 2, each against real processes.
 
-Every scenario takes a ``Broker`` (``tests/conftest.py``: a pulsar-lite process
+Every scenario takes a ``Broker`` (``tests/support/processes.py``: a pulsar-lite process
 that can be SIGKILLed and restarted on the same port and data dir) and/or a
 ``start_daemon(service_url, *args) -> Daemon`` factory, drives one fault, reads
 every value back with the official client and returns an :class:`Outcome`: the
@@ -19,9 +19,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from conftest import Broker, Daemon, wait_for
-
-from chaos.tools import (
+from bench.chaos.tools import (
     Outcome,
     SilentBroker,
     Stream,
@@ -34,6 +32,7 @@ from chaos.tools import (
     runs,
     unique_topic,
 )
+from tests.support.processes import Broker, Daemon, wait_for
 
 StartDaemon = Callable[..., Daemon]
 

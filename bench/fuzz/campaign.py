@@ -21,9 +21,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from chaos.tools import Outcome, nonzero, read_values, unique_topic
-
-from fuzz.datagrams import OK, Generator
+from bench.chaos.tools import Outcome, nonzero, read_values, unique_topic
+from bench.fuzz.datagrams import OK, Generator
 
 StartDaemon = Callable[..., Any]
 

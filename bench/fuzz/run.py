@@ -1,8 +1,8 @@
 """Fuzz, long form (issue 4, point 5): mutated datagrams interleaved with valid ones at a running
 daemon on a real pulsar-lite broker; prints a report, exits 1 if anything was lost or miscounted.
 
-    .venv/bin/python bench/fuzz/run.py                        # 100,000 mutants, seed 1
-    .venv/bin/python bench/fuzz/run.py --mutants 20000 --seed 7 --rounds 3
+    .venv/bin/python -m bench.fuzz.run                        # 100,000 mutants, seed 1
+    .venv/bin/python -m bench.fuzz.run --mutants 20000 --seed 7 --rounds 3
 
 Each mutant (bit flips, byte overwrites, truncations, extensions, random header fields,
 random bytes, empty and oversized datagrams) follows a valid message; every datagram is
@@ -19,11 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from chaos.lab import Lab
+from bench.chaos.lab import Lab
 
 
 def main() -> int:
@@ -43,7 +40,7 @@ def main() -> int:
     started = time.monotonic()
     failed = 0
     with Lab(args.workdir, snapshot=not args.no_snapshot) as lab:
-        from fuzz.campaign import fuzz
+        from bench.fuzz.campaign import fuzz
 
         print(lab.code, flush=True)
         broker = lab.broker()

@@ -1,4 +1,4 @@
-"""Keep ``bench/throughput.py`` working: a tiny run end to end (no timing is asserted)."""
+"""Keep ``python -m bench.throughput`` working: a tiny run end to end (no timing is asserted)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ def test_quick_bench_runs_and_loses_nothing(tmp_path: Path) -> None:
     result = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "bench" / "throughput.py"),
+            "-m",
+            "bench.throughput",
             "--quick",
             "--messages",
             "2000",

@@ -23,8 +23,9 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from conftest import Daemon, wait_for
-from fakebroker import FakeBroker
+
+from tests.support.fakebroker import FakeBroker
+from tests.support.processes import Daemon, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,14 +10,11 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from chaos import scenarios
+from bench.chaos import scenarios
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(90)]
 
@@ -79,6 +76,7 @@ def test_broker_that_never_answers_times_out_reconnects_and_stays_bounded(start_
 # the socket at shutdown and the close.  Nothing else changes.
 _SLOW_SOCKET_CLOSE = """
 import socket
+from pathlib import Path
 import time
 
 _close = socket.socket.close
@@ -120,6 +118,7 @@ def test_daemon_sigterm_loses_nothing_a_sender_queued_after_the_last_drain(
 # datagrams that only the final drain will read.
 _SLOW_SHUT_RD = """
 import socket
+from pathlib import Path
 import time
 
 _shutdown = socket.socket.shutdown
@@ -142,9 +141,10 @@ socket.socket.shutdown = _slow_shutdown
 def test_daemon_sigterm_drains_past_an_empty_datagram(
     broker, start_daemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chaos.tools import FinalCounts, final_counts, read_back, unique_topic, value_for
-    from conftest import wait_for
     from to_pulsar import encode_any_partition
+
+    from bench.chaos.tools import FinalCounts, final_counts, read_back, unique_topic, value_for
+    from tests.support.processes import wait_for
 
     inject_into_daemon(tmp_path, monkeypatch, _SLOW_SHUT_RD)
     daemon = start_daemon(broker.url)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from conftest import Broker, consume
+
+from tests.support.consume import consume
+from tests.support.processes import Broker
 
 
 @pytest.mark.parametrize(

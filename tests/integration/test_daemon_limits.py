@@ -9,7 +9,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, Broker, consume
+
+from tests.support.consume import consume
+from tests.support.processes import ROOT, Broker
 
 pytestmark = pytest.mark.broker
 
@@ -80,7 +82,7 @@ def test_replaces_a_stale_socket_file(tmp_path: Path, broker: Broker) -> None:
         text=True,
     )
     try:
-        from conftest import wait_for
+        from tests.support.processes import wait_for
 
         def receiving() -> bool:
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

@@ -1,7 +1,7 @@
 """The daemon against a scripted fake broker: redirects, proxying, lost receipts, closed producers.
 
 These are the broker behaviours a real broker cannot be made to show on demand
-(see ``tests/fakebroker.py``).  Every test runs the real daemon process.
+(see ``tests/support/fakebroker.py``).  Every test runs the real daemon process.
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from conftest import Daemon, wait_for
-from fakebroker import FakeBroker, Lookup, LookupAnswer
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
+
+from tests.support.fakebroker import FakeBroker, Lookup, LookupAnswer
+from tests.support.processes import Daemon, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,14 +9,9 @@ every valid one (mutants that happen to be valid included) and read back complet
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from fuzz.campaign import fuzz
+from bench.fuzz.campaign import fuzz
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(90)]
 

@@ -7,7 +7,8 @@ import re
 import urllib.request
 
 import pytest
-from conftest import ROOT, Broker
+
+from tests.support.processes import ROOT, Broker
 
 pytestmark = pytest.mark.broker
 

@@ -8,9 +8,11 @@ import subprocess
 import sys
 import uuid
 
-from conftest import Broker, consume
 from to_pulsar import AsyncSender, AsyncStreamSender
 from to_pulsar.stream import StreamSender
+
+from tests.support.consume import consume
+from tests.support.processes import Broker
 
 
 def test_properties_from_every_sender_and_the_cli(broker: Broker, start_daemon) -> None:

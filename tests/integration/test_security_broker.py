@@ -1,4 +1,4 @@
-"""The daemon against a broker that demands TLS and/or a token (``tests/securefake.py``).
+"""The daemon against a broker that demands TLS and/or a token (``tests/support/fakebroker.py``).
 
 ``pulsar+ssl://`` with a CA file, a client certificate (mutual TLS authentication)
 and hostname verification; token authentication from a file (re-read: tokens
@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, Daemon, wait_for
-from securefake import Pki, SecureFakeBroker, make_pki, server_context
+
+from tests.support.fakebroker import FakeBroker
+from tests.support.pki import Pki, make_pki, server_context
+from tests.support.processes import ROOT, Daemon, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -35,11 +37,11 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 
 @pytest.fixture
-def secure_broker() -> Iterator[Callable[..., SecureFakeBroker]]:
-    started: list[SecureFakeBroker] = []
+def secure_broker() -> Iterator[Callable[..., FakeBroker]]:
+    started: list[FakeBroker] = []
 
-    def start(**options: Any) -> SecureFakeBroker:
-        broker = SecureFakeBroker(**options).start()
+    def start(**options: Any) -> FakeBroker:
+        broker = FakeBroker(**options).start()
         started.append(broker)
         return broker
 
@@ -59,13 +61,13 @@ def send_values(daemon: Daemon, topic: str, values: list[bytes]) -> None:
             sender.send(topic, value)
 
 
-def delivered(daemon: Daemon, broker: SecureFakeBroker, values: list[bytes]) -> None:
+def delivered(daemon: Daemon, broker: FakeBroker, values: list[bytes]) -> None:
     """Wait until every value is acked and the broker holds them all, in order."""
     wait_for(lambda: daemon.counters().acked >= len(values), 30, f"{len(values)} acks")
     assert broker.values()[-len(values) :] == values
 
 
-def refused(daemon: Daemon, broker: SecureFakeBroker, failures: Callable[[], int]) -> None:
+def refused(daemon: Daemon, broker: FakeBroker, failures: Callable[[], int]) -> None:
     """Nothing delivered while the daemon keeps trying (at least 3 connection attempts)."""
     wait_for(lambda: failures() >= 3, 30, "3 refused connection attempts")
     counters = daemon.counters()
@@ -87,7 +89,7 @@ def get(daemon: Daemon, path: str) -> str:
 
 
 def test_tls_delivers_with_the_ca_file(
-    pki: Pki, secure_broker: Callable[..., SecureFakeBroker], start_daemon: Callable[..., Daemon]
+    pki: Pki, secure_broker: Callable[..., FakeBroker], start_daemon: Callable[..., Daemon]
 ) -> None:
     broker = secure_broker(ssl_context=server_context(pki.server_cert, pki.server_key))
     assert broker.url.startswith("pulsar+ssl://127.0.0.1:")
@@ -99,7 +101,7 @@ def test_tls_delivers_with_the_ca_file(
 
 
 def test_tls_without_the_ca_file_is_refused_and_retried(
-    pki: Pki, secure_broker: Callable[..., SecureFakeBroker], start_daemon: Callable[..., Daemon]
+    pki: Pki, secure_broker: Callable[..., FakeBroker], start_daemon: Callable[..., Daemon]
 ) -> None:
     """Default trust store = the system's, which does not know our test CA."""
     broker = secure_broker(ssl_context=server_context(pki.server_cert, pki.server_key))
@@ -110,7 +112,7 @@ def test_tls_without_the_ca_file_is_refused_and_retried(
 
 
 def test_hostname_verification_refuses_a_certificate_for_another_name(
-    pki: Pki, secure_broker: Callable[..., SecureFakeBroker], start_daemon: Callable[..., Daemon]
+    pki: Pki, secure_broker: Callable[..., FakeBroker], start_daemon: Callable[..., Daemon]
 ) -> None:
     broker = secure_broker(ssl_context=server_context(pki.wrong_name_cert, pki.wrong_name_key))
     daemon = start_daemon(broker.url, "--tls-ca-file", str(pki.ca), *FAST)
@@ -120,7 +122,7 @@ def test_hostname_verification_refuses_a_certificate_for_another_name(
 
 
 def test_without_hostname_verification_the_other_name_is_accepted(
-    pki: Pki, secure_broker: Callable[..., SecureFakeBroker], start_daemon: Callable[..., Daemon]
+    pki: Pki, secure_broker: Callable[..., FakeBroker], start_daemon: Callable[..., Daemon]
 ) -> None:
     broker = secure_broker(ssl_context=server_context(pki.wrong_name_cert, pki.wrong_name_key))
     daemon = start_daemon(
@@ -133,7 +135,7 @@ def test_without_hostname_verification_the_other_name_is_accepted(
 
 
 def test_a_client_certificate_the_broker_requires_is_presented(
-    pki: Pki, secure_broker: Callable[..., SecureFakeBroker], start_daemon: Callable[..., Daemon]
+    pki: Pki, secure_broker: Callable[..., FakeBroker], start_daemon: Callable[..., Daemon]
 ) -> None:
     context = server_context(pki.server_cert, pki.server_key, client_ca=pki.ca)
     broker = secure_broker(ssl_context=context)
@@ -146,7 +148,7 @@ def test_a_client_certificate_the_broker_requires_is_presented(
 
 
 def test_without_the_client_certificate_the_broker_refuses(
-    pki: Pki, secure_broker: Callable[..., SecureFakeBroker], start_daemon: Callable[..., Daemon]
+    pki: Pki, secure_broker: Callable[..., FakeBroker], start_daemon: Callable[..., Daemon]
 ) -> None:
     context = server_context(pki.server_cert, pki.server_key, client_ca=pki.ca)
     broker = secure_broker(ssl_context=context)
@@ -156,7 +158,7 @@ def test_without_the_client_certificate_the_broker_refuses(
 
 
 def test_a_client_certificate_without_a_token_authenticates_as_tls(
-    pki: Pki, secure_broker: Callable[..., SecureFakeBroker], start_daemon: Callable[..., Daemon]
+    pki: Pki, secure_broker: Callable[..., FakeBroker], start_daemon: Callable[..., Daemon]
 ) -> None:
     """Connect names "tls" with empty data, as the Java client's ``AuthenticationTls`` does;
     a broker whose provider is ``AuthenticationProviderTls`` requires it
@@ -172,7 +174,7 @@ def test_a_client_certificate_without_a_token_authenticates_as_tls(
 
 
 def test_a_tls_auth_broker_refuses_a_connect_that_does_not_name_tls(
-    pki: Pki, secure_broker: Callable[..., SecureFakeBroker], start_daemon: Callable[..., Daemon]
+    pki: Pki, secure_broker: Callable[..., FakeBroker], start_daemon: Callable[..., Daemon]
 ) -> None:
     """Without a client certificate the Connect names no method, and the broker's TLS provider
     refuses it with AuthenticationError (the TLS layer here asks for a certificate, optionally)."""
@@ -205,7 +207,7 @@ def test_an_unreadable_ca_file_stops_the_daemon_with_one_line(tmp_path: Path) ->
 
 def test_the_token_from_a_file_goes_in_connect(
     tmp_path: Path,
-    secure_broker: Callable[..., SecureFakeBroker],
+    secure_broker: Callable[..., FakeBroker],
     start_daemon: Callable[..., Daemon],
 ) -> None:
     token_file = tmp_path / "token"
@@ -224,7 +226,7 @@ def test_the_token_from_a_file_goes_in_connect(
 
 def test_a_wrong_token_is_refused_retried_and_a_fixed_file_is_picked_up(
     tmp_path: Path,
-    secure_broker: Callable[..., SecureFakeBroker],
+    secure_broker: Callable[..., FakeBroker],
     start_daemon: Callable[..., Daemon],
 ) -> None:
     token_file = tmp_path / "token"
@@ -243,7 +245,7 @@ def test_a_wrong_token_is_refused_retried_and_a_fixed_file_is_picked_up(
 
 def test_challenges_are_answered_with_the_current_token(
     tmp_path: Path,
-    secure_broker: Callable[..., SecureFakeBroker],
+    secure_broker: Callable[..., FakeBroker],
     start_daemon: Callable[..., Daemon],
 ) -> None:
     """AuthChallenge in the handshake, and later ("refresh") after the file rotated."""
@@ -282,7 +284,7 @@ SECRET = "eyJhbGciOiJIUzI1NiJ9.c2VjcmV0LXN1YmplY3Q.s3cr3t-SIGNATURE-9f8e7d"
 def test_the_token_never_appears_in_logs_metrics_or_status(
     pki: Pki,
     monkeypatch: pytest.MonkeyPatch,
-    secure_broker: Callable[..., SecureFakeBroker],
+    secure_broker: Callable[..., FakeBroker],
     start_daemon: Callable[..., Daemon],
 ) -> None:
     monkeypatch.setenv("PULSAR_BRUCE_AUTH_TOKEN", SECRET)

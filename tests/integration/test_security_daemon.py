@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, Daemon, free_port, wait_for
+
+from tests.support.processes import ROOT, Daemon, free_port, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -6,8 +6,10 @@ import asyncio
 import uuid
 
 import pytest
-from conftest import Broker, consume
 from to_pulsar.aio import AsyncSender
+
+from tests.support.consume import consume
+from tests.support.processes import Broker
 
 pytestmark = pytest.mark.broker
 

@@ -6,16 +6,16 @@ import os
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, Broker, consume
 from to_pulsar import encode_any_partition, encode_partition_key
+
+from tests.support.consume import consume
+from tests.support.processes import ROOT, Broker
 
 C_DIR = ROOT / "examples" / "c"
 CFLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-O2"]
@@ -153,25 +153,6 @@ def build(tmp_path_factory: pytest.TempPathFactory) -> Build:
     compile_("-o", out / "to_pulsar_send", C_DIR / "to_pulsar_send.c", out / "to_pulsar.o")
     compile_("-o", out / "check", out / "check.c", out / "to_pulsar.o")
     return Build(cli=out / "to_pulsar_send", check=out / "check")
-
-
-@pytest.fixture
-def sock_path(tmp_path: Path) -> Iterator[Path]:
-    """A socket path short enough for sun_path (108 bytes) even with a deep tmp_path."""
-    if len(str(tmp_path)) < 90:
-        yield tmp_path / "d.sock"
-        return
-    with tempfile.TemporaryDirectory(prefix="tp") as short:
-        yield Path(short) / "d.sock"
-
-
-@pytest.fixture
-def receiver(sock_path: Path) -> Iterator[socket.socket]:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(sock_path))
-    sock.settimeout(5)
-    yield sock
-    sock.close()
 
 
 def run(*args: str | Path) -> subprocess.CompletedProcess[str]:

@@ -5,15 +5,15 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, Broker, consume
 from to_pulsar import encode_any_partition, encode_partition_key
+
+from tests.support.consume import consume
+from tests.support.processes import ROOT, Broker
 
 PERL_DIR = ROOT / "examples" / "perl"
 SEND_PL = PERL_DIR / "to_pulsar_send.pl"
@@ -37,25 +37,6 @@ def send_pl(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [PERL, str(SEND_PL), *map(str, args)], capture_output=True, text=True, timeout=60
     )
-
-
-@pytest.fixture
-def sock_path(tmp_path: Path) -> Iterator[Path]:
-    """A socket path short enough for sun_path (108 bytes) even with a deep tmp_path."""
-    if len(str(tmp_path)) < 90:
-        yield tmp_path / "d.sock"
-        return
-    with tempfile.TemporaryDirectory(prefix="tp") as short:
-        yield Path(short) / "d.sock"
-
-
-@pytest.fixture
-def receiver(sock_path: Path) -> Iterator[socket.socket]:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(sock_path))
-    sock.settimeout(5)
-    yield sock
-    sock.close()
 
 
 def test_module_bytes_match_python(sock_path: Path, receiver: socket.socket) -> None:

@@ -7,14 +7,14 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, Broker, consume
 from to_pulsar import SOCKET_ENV_VAR, encode_any_partition
+
+from tests.support.consume import consume
+from tests.support.processes import ROOT, Broker
 
 SCRIPT = ROOT / "examples" / "shell" / "to_pulsar.sh"
 BASH = shutil.which("bash")
@@ -38,25 +38,6 @@ def bash(commands: str, socket_path: str | Path | None, cli: str | None = None, 
         env=env,
         timeout=60,
     )
-
-
-@pytest.fixture
-def sock_path(tmp_path: Path) -> Iterator[Path]:
-    """A socket path short enough for sun_path (108 bytes) even with a deep tmp_path."""
-    if len(str(tmp_path)) < 90:
-        yield tmp_path / "d.sock"
-        return
-    with tempfile.TemporaryDirectory(prefix="tp") as short:
-        yield Path(short) / "d.sock"
-
-
-@pytest.fixture
-def receiver(sock_path: Path) -> Iterator[socket.socket]:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(sock_path))
-    sock.settimeout(5)
-    yield sock
-    sock.close()
 
 
 def recv_any(receiver: socket.socket, topic: str, value: bytes, key: bytes = b"") -> None:

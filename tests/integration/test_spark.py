@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, Broker, consume
+
+from tests.support.consume import consume
+from tests.support.processes import ROOT, Broker
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 

@@ -7,7 +7,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import Broker, consume, wait_for
+
+from tests.support.consume import consume
+from tests.support.processes import Broker, wait_for
 
 pytestmark = pytest.mark.broker
 

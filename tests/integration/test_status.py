@@ -10,7 +10,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, Broker
+
+from tests.support.processes import ROOT, Broker
 
 pytestmark = pytest.mark.broker
 

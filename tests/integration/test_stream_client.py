@@ -10,9 +10,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, Broker, consume
 from to_pulsar import FlushResult, StreamSender
 from to_pulsar.aio import AsyncStreamSender
+
+from tests.support.consume import consume
+from tests.support.processes import ROOT, Broker
 
 pytestmark = pytest.mark.broker
 

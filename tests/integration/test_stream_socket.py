@@ -13,9 +13,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import Broker, consume, wait_for
 from pulsar_bruce.input.stream_session import encode_flush_request
 from to_pulsar.encoding import encode_any_partition, encode_partition_key
+
+from tests.support.consume import consume
+from tests.support.processes import Broker, wait_for
 
 pytestmark = pytest.mark.broker
 
@@ -162,7 +164,7 @@ os.execv(sys.executable, [sys.executable, "-m", "pulsar_bruce", *sys.argv[3:]])
 
 
 def test_the_stream_socket_can_be_socket_activated_too(broker: Broker, tmp_path: Path) -> None:
-    from conftest import ROOT, free_port
+    from tests.support.processes import ROOT, free_port
 
     datagram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     datagram.bind(str(tmp_path / "bruce.sock"))
@@ -198,7 +200,7 @@ def test_the_stream_socket_can_be_socket_activated_too(broker: Broker, tmp_path:
 
 
 def test_shutdown_still_answers_a_pending_flush(start_daemon) -> None:
-    from fakebroker import FakeBroker
+    from tests.support.fakebroker import FakeBroker
 
     broker = FakeBroker().start()
     try:

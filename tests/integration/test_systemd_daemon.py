@@ -22,7 +22,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, Broker, Daemon, consume, free_port, wait_for
+
+from tests.support.consume import consume
+from tests.support.processes import ROOT, Broker, Daemon, free_port, wait_for
 
 Message = dict[str, str]
 

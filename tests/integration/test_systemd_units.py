@@ -12,8 +12,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
 from pulsar_bruce.config import OPTIONS_BY_NAME, load_config
+
+from tests.support.processes import ROOT
 
 SYSTEMD = ROOT / "systemd"
 SERVICE = SYSTEMD / "pulsar-bruce.service"

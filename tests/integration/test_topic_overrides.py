@@ -7,7 +7,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import Broker, wait_for
+
+from tests.support.processes import Broker, wait_for
 
 pytestmark = pytest.mark.broker
 

@@ -1,0 +1,644 @@
+"""A scripted fake Pulsar broker, for the cases a real broker cannot be made to do.
+
+A real broker (pulsar-lite) cannot be told to redirect a lookup, to answer
+with ``proxy_through_service_url``, to close a producer (naming the broker it
+moved to, or not), to migrate a topic to another cluster, to lose or garble a
+receipt, or to drop every connection at a chosen moment.  This one can, and
+where pulsar-lite differs from the Java broker it does what the Java broker
+does.  It speaks just enough of the binary protocol for one producer client
+(Connect, AuthChallenge/AuthResponse, Ping/Pong, PartitionedTopicMetadata,
+LookupTopic with advertised listeners, Producer, CloseProducer, TopicMigrated,
+Send) and is built on the daemon's own sans-IO codec, so it exercises the same
+framing in the other direction.
+
+Optionally it sits behind TLS (``ssl_context``, a server context: see
+``pki.py``) and checks a token (``tokens``) and/or, like a Java broker with
+``AuthenticationProviderTls`` (``tls_auth``), that Connect names the ``"tls"``
+method over a connection that presented a client certificate: anything else is
+answered ``Error(AuthenticationError)`` and the connection closed, as a Pulsar
+broker does (``ServerCnx.handleConnect``).
+
+It runs an asyncio TCP server on ``127.0.0.1`` in a background thread with its
+own event loop.  Everything it receives is recorded (thread-safely) for tests
+to inspect; the fault hooks are called from the test thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import ssl
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from pulsar_bruce.frame import pulsar_api_pb2 as pb
+from pulsar_bruce.frame.codec import Frame, FrameDecoder, encode_command
+
+from tests.support.fakewire import (
+    Credentials,
+    Lookup,
+    LookupAnswer,
+    Message,
+    ProducerRequest,
+    Sent,
+    copy_message,
+    decode_batch,
+)
+
+__all__ = [
+    "Credentials",
+    "FakeBroker",
+    "Lookup",
+    "LookupAnswer",
+    "Message",
+    "ProducerRequest",
+    "Sent",
+    "decode_batch",
+]
+
+_T = pb.BaseCommand
+_Lookup = pb.CommandLookupTopicResponse
+
+
+class _Conn:
+    """One client connection: its writer and the producers registered on it."""
+
+    def __init__(self, conn_id: int, writer: asyncio.StreamWriter):
+        self.id = conn_id
+        self.writer = writer
+        self.producers: dict[int, tuple[str, str]] = {}  # producer_id -> (topic, name)
+        self.ready = False  # Connected sent (after any authentication)
+        self.peer_cert: dict[str, Any] | None = None  # the client certificate, over TLS
+
+    def send(self, command: pb.BaseCommand) -> None:
+        if not self.writer.is_closing():
+            self.writer.write(encode_command(command))
+
+
+class FakeBroker:
+    """See the module docstring.  ``start()``, use ``.url``, ``stop()``."""
+
+    def __init__(
+        self,
+        partitions: int = 0,
+        last_sequence_id: int = -1,
+        max_message_size: int | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        tokens: set[bytes] | None = None,
+        challenge: bool = False,
+        tls_auth: bool = False,
+    ):
+        self.partitions = partitions
+        self.last_sequence_id = last_sequence_id
+        self.max_message_size = max_message_size  # announced in Connected when set
+        #: A LookupAnswer, or a callable ``(Lookup) -> LookupAnswer``.
+        self.lookup: LookupAnswer | Callable[[Lookup], LookupAnswer] = LookupAnswer()
+        #: topic (full partition name) -> ServerError code answered to its Producer command.
+        self.refuse_producers: dict[str, int] = {}
+        #: topic -> ServerError code answered to its PartitionedTopicMetadata request.
+        self.refuse_metadata: dict[str, int] = {}
+        #: Advertised listener name -> the URL a lookup naming it is answered with.
+        self.listeners: dict[str, str] = {}
+        #: topic -> (brokerServiceUrl, brokerServiceUrlTls) of the cluster it migrated to.
+        self._migrated: dict[str, tuple[str, str]] = {}
+        #: TLS in front of the protocol when set.
+        self.ssl_context = ssl_context
+        #: Accepted tokens; None: no token provider.
+        self.tokens = tokens
+        #: The TLS provider: method "tls" and a client certificate authenticate.
+        self.tls_auth = tls_auth
+        #: Answer Connect with an AuthChallenge first (a multi-stage method's handshake).
+        self.challenge = challenge
+        self.accepted = 0  # TCP connections, before any TLS
+        self.port = 0
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.Server | None = None
+        self._conns: dict[int, _Conn] = {}
+        self._conn_ids = itertools.count(1)
+        self._names = itertools.count(1)
+        self._entry_ids = itertools.count()
+        # scripted faults
+        self._swallow: int | None = 0  # sends whose receipt is withheld; None: until released
+        self._wrong = 0  # sends answered with a receipt for the wrong sequence id
+        self._errors_to_send: list[int] = []  # sends answered with SendError(code)
+        self._producers_released: asyncio.Event | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        # records
+        self._commands: list[tuple[int, str]] = []
+        self._connects: list[tuple[int, pb.CommandConnect]] = []
+        self._lookups: list[Lookup] = []
+        self._producer_requests: list[ProducerRequest] = []
+        self._sends: list[Sent] = []
+        self._messages: list[Message] = []
+        self._errors: list[str] = []
+        self._tls_failures: list[str] = []
+        self._credentials: list[Credentials] = []
+        self._rejected = 0
+        self._peer_certs: list[dict[str, Any]] = []
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        scheme = "pulsar+ssl" if self.ssl_context else "pulsar"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    def start(self) -> FakeBroker:
+        started = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            self._producers_released = asyncio.Event()
+            self._producers_released.set()
+            self._server = loop.run_until_complete(
+                asyncio.start_server(self._serve, "127.0.0.1", 0)
+            )
+            self.port = self._server.sockets[0].getsockname()[1]
+            started.set()
+            loop.run_forever()
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="fake-broker", daemon=True)
+        self._thread.start()
+        started.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None or self._thread is None:
+            return
+
+        async def shutdown() -> None:
+            assert self._server is not None
+            self._server.close()
+            for conn in list(self._conns.values()):
+                conn.writer.transport.abort()
+
+        self._call(shutdown())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop = None
+
+    def _call(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        """Run ``coroutine`` on the broker's loop and wait for its result."""
+        assert self._loop is not None, "broker not started"
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(10)
+
+    # -- fault hooks (call from the test thread) ----------------------------------------
+
+    def swallow_receipts(self, count: int | None = None) -> None:
+        """Record the next ``count`` sends (all, if None) but never answer them."""
+        with self._lock:
+            self._swallow = count
+
+    def release_receipts(self) -> None:
+        """Answer sends again (the receipts already swallowed stay lost)."""
+        with self._lock:
+            self._swallow = 0
+
+    def wrong_receipts(self, count: int = 1) -> None:
+        """Answer the next ``count`` sends with the next batch's sequence id instead of theirs."""
+        with self._lock:
+            self._wrong = count
+
+    def fail_sends(self, error: int, count: int = 1) -> None:
+        """Answer the next ``count`` sends with ``SendError(error)`` (a ``pb.ServerError``)."""
+        with self._lock:
+            self._errors_to_send = [error] * count
+
+    def hold_producers(self) -> None:
+        """Leave Producer requests unanswered until :meth:`release_producers`."""
+
+        async def hold() -> None:
+            assert self._producers_released is not None
+            self._producers_released.clear()
+
+        self._call(hold())
+
+    def release_producers(self) -> None:
+        async def release() -> None:
+            assert self._producers_released is not None
+            self._producers_released.set()
+
+        self._call(release())
+
+    def close_producer(self, topic: str, assigned_url: str | None = None) -> int:
+        """Send CloseProducer for every producer of ``topic``; returns how many.
+
+        ``assigned_url``: the broker the bundle was assigned to, as the extensible
+        load manager's unload sends it (``assignedBrokerServiceUrl``).
+        """
+
+        async def close() -> int:
+            closed = 0
+            for conn in self._conns.values():
+                for producer_id, (producer_topic, _) in list(conn.producers.items()):
+                    if producer_topic == topic:
+                        del conn.producers[producer_id]
+                        conn.send(_close_producer(producer_id, assigned_url))
+                        closed += 1
+            return closed
+
+        return int(self._call(close()))
+
+    def migrate_topic(self, topic: str, url: str, url_tls: str = "") -> int:
+        """Blue-green migration of ``topic`` to the cluster at ``url``, as the Java broker does it.
+
+        Each producer of the topic gets TopicMigrated then CloseProducer
+        (``Producer.topicMigrated``); a producer created afterwards gets the same
+        pair and no answer to its Producer command (``ServerCnx.buildProducerAndAddTopic``).
+        Returns how many producers were told.
+        """
+
+        async def migrate() -> int:
+            self._migrated[topic] = (url, url_tls)
+            told = 0
+            for conn in self._conns.values():
+                for producer_id, (producer_topic, _) in list(conn.producers.items()):
+                    if producer_topic == topic:
+                        del conn.producers[producer_id]
+                        self._send_migrated(conn, producer_id, topic)
+                        told += 1
+            return told
+
+        return int(self._call(migrate()))
+
+    def _send_migrated(self, conn: _Conn, producer_id: int, topic: str) -> None:
+        url, url_tls = self._migrated[topic]
+        command = _T(type=_T.TOPIC_MIGRATED)
+        migrated = command.topicMigrated
+        migrated.resource_id = producer_id
+        migrated.resource_type = pb.CommandTopicMigrated.Producer
+        migrated.brokerServiceUrl = url
+        if url_tls:
+            migrated.brokerServiceUrlTls = url_tls
+        conn.send(command)
+        conn.send(_close_producer(producer_id, None))
+
+    def drop_connections(self) -> int:
+        """Abort every client connection (no goodbye); returns how many."""
+
+        async def drop() -> int:
+            conns = list(self._conns.values())
+            for conn in conns:
+                conn.writer.transport.abort()
+            return len(conns)
+
+        return int(self._call(drop()))
+
+    def ping(self) -> int:
+        """Send Ping on every connection; the Pongs show up in :meth:`commands`."""
+
+        async def ping() -> int:
+            for conn in self._conns.values():
+                command = _T(type=_T.PING)
+                command.ping.SetInParent()
+                conn.send(command)
+            return len(self._conns)
+
+        return int(self._call(ping()))
+
+    def challenge_all(self) -> int:
+        """Ask every ready connection for fresh credentials (``auth_data`` "refresh")."""
+
+        async def challenge() -> int:
+            ready = [conn for conn in self._conns.values() if conn.ready]
+            for conn in ready:
+                conn.send(_challenge())
+            return len(ready)
+
+        return int(self._call(challenge()))
+
+    # -- records (copies, safe to read from any thread) ------------------------------------
+
+    def commands(self, conn: int | None = None) -> list[str]:
+        with self._lock:
+            return [name for c, name in self._commands if conn is None or c == conn]
+
+    def connects(self) -> list[tuple[int, pb.CommandConnect]]:
+        with self._lock:
+            return list(self._connects)
+
+    def lookups(self) -> list[Lookup]:
+        with self._lock:
+            return list(self._lookups)
+
+    def producer_requests(self) -> list[ProducerRequest]:
+        with self._lock:
+            return list(self._producer_requests)
+
+    def sends(self) -> list[Sent]:
+        with self._lock:
+            return list(self._sends)
+
+    def messages(self) -> list[Message]:
+        with self._lock:
+            return list(self._messages)
+
+    def errors(self) -> list[str]:
+        """Protocol violations seen (bad framing, inconsistent Send); should stay empty."""
+        with self._lock:
+            return list(self._errors)
+
+    def values(self) -> list[bytes]:
+        return [m.value for m in self.messages()]
+
+    def tls_failures(self) -> list[str]:
+        with self._lock:
+            return list(self._tls_failures)
+
+    def credentials(self) -> list[Credentials]:
+        with self._lock:
+            return list(self._credentials)
+
+    def rejected(self) -> int:
+        """Connections refused for their credentials."""
+        with self._lock:
+            return self._rejected
+
+    def peer_certs(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._peer_certs)
+
+    # -- protocol ----------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with self._lock:
+            self.accepted += 1
+        if self.ssl_context is not None and not await self._start_tls(writer):
+            return
+        conn = _Conn(next(self._conn_ids), writer)
+        conn.peer_cert = writer.get_extra_info("peercert") or None
+        self._conns[conn.id] = conn
+        decoder = FrameDecoder()
+        refused = False
+        try:
+            while not refused and (data := await reader.read(65536)):
+                for frame in decoder.feed(data):
+                    if not self._handle(conn, frame):
+                        refused = True  # the Error goes out, then the connection closes
+                        break
+        except (ConnectionError, ssl.SSLError):
+            pass
+        except Exception as exc:  # a protocol violation by the client: make it visible
+            with self._lock:
+                self._errors.append(f"connection {conn.id}: {exc!r}")
+        finally:
+            self._conns.pop(conn.id, None)
+            if refused:
+                writer.close()
+            else:
+                writer.transport.abort()
+
+    async def _start_tls(self, writer: asyncio.StreamWriter) -> bool:
+        assert self.ssl_context is not None
+        try:
+            await writer.start_tls(self.ssl_context)
+        except (ssl.SSLError, OSError) as exc:
+            with self._lock:
+                self._tls_failures.append(repr(exc))
+            writer.transport.abort()
+            return False
+        peer = writer.get_extra_info("peercert")
+        if peer:
+            with self._lock:
+                self._peer_certs.append(peer)
+        return True
+
+    def _check(self, conn: _Conn, method: str, data: bytes, how: str) -> bool:
+        """Record the credentials; wrong ones get Error(AuthenticationError)."""
+        with self._lock:
+            self._credentials.append(Credentials(conn.id, method, data, how))
+        if self.tokens is None and not self.tls_auth:
+            return True  # authentication disabled
+        if method == "token" and self.tokens is not None and data in self.tokens:
+            return True
+        if method == "tls" and self.tls_auth and conn.peer_cert:
+            return True  # AuthenticationProviderTls: the role is the certificate's CN
+        with self._lock:
+            self._rejected += 1
+        reply = _T(type=_T.ERROR)
+        reply.error.request_id = 0
+        reply.error.error = pb.AuthenticationError
+        reply.error.message = "Failed to authenticate"  # ServerCnx.authenticationFailed
+        conn.send(reply)
+        return False
+
+    def _connected(self, conn: _Conn, protocol_version: int) -> None:
+        conn.ready = True
+        reply = _T(type=_T.CONNECTED)
+        reply.connected.server_version = "fake-broker"
+        reply.connected.protocol_version = protocol_version
+        if self.max_message_size is not None:
+            reply.connected.max_message_size = self.max_message_size
+        conn.send(reply)
+
+    def _authenticate(self, conn: _Conn, command: pb.BaseCommand) -> bool:
+        """Connect or AuthResponse; False closes the connection."""
+        if command.type == _T.CONNECT:
+            c = command.connect
+            with self._lock:
+                self._connects.append((conn.id, copy_message(c)))
+            if self.challenge:
+                with self._lock:
+                    self._credentials.append(
+                        Credentials(conn.id, c.auth_method_name, c.auth_data, "connect")
+                    )
+                conn.send(_challenge())
+                return True
+            if not self._check(conn, c.auth_method_name, c.auth_data, "connect"):
+                return False
+            self._connected(conn, c.protocol_version)
+            return True
+        response = command.authResponse.response
+        if not self._check(conn, response.auth_method_name, response.auth_data, "auth_response"):
+            return False
+        if not conn.ready:
+            self._connected(conn, command.authResponse.protocol_version)
+        return True
+
+    def _handle(self, conn: _Conn, frame: Frame) -> bool:
+        """Answer one command; False closes the connection."""
+        command = frame.command
+        kind = command.type
+        with self._lock:
+            self._commands.append((conn.id, _T.Type.Name(kind)))
+        if kind in (_T.CONNECT, _T.AUTH_RESPONSE):
+            return self._authenticate(conn, command)
+        if not conn.ready:
+            raise AssertionError(f"{_T.Type.Name(kind)} before Connected")
+        if kind == _T.PING:
+            reply = _T(type=_T.PONG)
+            reply.pong.SetInParent()
+        elif kind == _T.PARTITIONED_METADATA:
+            reply = _T(type=_T.PARTITIONED_METADATA_RESPONSE)
+            answer = reply.partitionMetadataResponse
+            answer.request_id = command.partitionMetadata.request_id
+            refusal = self.refuse_metadata.get(command.partitionMetadata.topic)
+            if refusal is None:
+                answer.partitions = self.partitions
+                answer.response = pb.CommandPartitionedTopicMetadataResponse.Success
+            else:
+                answer.response = pb.CommandPartitionedTopicMetadataResponse.Failed
+                answer.error = refusal  # type: ignore[assignment]
+                answer.message = "refused by the fake broker"
+        elif kind == _T.LOOKUP:
+            reply = self._lookup_reply(conn, command.lookupTopic)
+        elif kind == _T.PRODUCER:  # answered by a task: it may be held
+            task = asyncio.get_running_loop().create_task(
+                self._producer_reply(conn, copy_message(command.producer))
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return True
+        elif kind == _T.CLOSE_PRODUCER:
+            conn.producers.pop(command.close_producer.producer_id, None)
+            reply = _T(type=_T.SUCCESS)
+            reply.success.request_id = command.close_producer.request_id
+        elif kind == _T.SEND:
+            self._on_send(conn, frame)
+            return True
+        else:
+            return True  # PONG, and anything a producer client needs no answer to
+        conn.send(reply)
+        return True
+
+    def _lookup_reply(self, conn: _Conn, request: pb.CommandLookupTopic) -> pb.BaseCommand:
+        listener = request.advertised_listener_name.strip() or None
+        lookup = Lookup(conn.id, request.topic, request.authoritative, listener)
+        with self._lock:
+            self._lookups.append(lookup)
+            script = self.lookup
+        answer = script(lookup) if callable(script) else script
+        reply = _T(type=_T.LOOKUP_RESPONSE)
+        response = reply.lookupTopicResponse
+        response.request_id = request.request_id
+        own_url = f"pulsar://127.0.0.1:{self.port}"
+        if listener is not None and answer.broker_url is None:
+            # The Java broker answers with the named listener's URL, and fails a lookup
+            # naming a listener it does not have (NamespaceService / LookupData).
+            if listener not in self.listeners:
+                response.response = _Lookup.Failed
+                response.error = pb.ServiceNotReady
+                response.message = f"the broker do not have {listener} listener"
+                return reply
+            own_url = self.listeners[listener]
+        response.brokerServiceUrl = answer.broker_url or own_url
+        if self.ssl_context is not None:
+            response.brokerServiceUrlTls = answer.broker_url or self.url
+        response.response = _Lookup.Redirect if answer.redirect else _Lookup.Connect
+        response.authoritative = answer.authoritative
+        response.proxy_through_service_url = answer.proxy_through_service_url
+        return reply
+
+    async def _producer_reply(self, conn: _Conn, request: pb.CommandProducer) -> None:
+        assert self._producers_released is not None
+        requested = request.producer_name if request.HasField("producer_name") else None
+        name = requested or f"fake-{self.port}-{next(self._names)}"
+        with self._lock:
+            self._producer_requests.append(
+                ProducerRequest(conn.id, request.topic, request.producer_id, requested, name)
+            )
+        await self._producers_released.wait()
+        if request.topic in self._migrated:
+            self._send_migrated(conn, request.producer_id, request.topic)
+            return
+        refusal = self.refuse_producers.get(request.topic)
+        if refusal is not None:
+            error = _T(type=_T.ERROR)
+            error.error.request_id = request.request_id
+            error.error.error = refusal  # type: ignore[assignment]
+            error.error.message = "refused by the fake broker"
+            conn.send(error)
+            return
+        conn.producers[request.producer_id] = (request.topic, name)
+        reply = _T(type=_T.PRODUCER_SUCCESS)
+        reply.producer_success.request_id = request.request_id
+        reply.producer_success.producer_name = name
+        reply.producer_success.last_sequence_id = self.last_sequence_id
+        conn.send(reply)
+
+    def _on_send(self, conn: _Conn, frame: Frame) -> None:
+        send = frame.command.send
+        md = frame.metadata
+        assert md is not None
+        assert md.sequence_id == send.sequence_id, "metadata and command disagree"
+        assert md.highest_sequence_id == send.highest_sequence_id
+        assert md.num_messages_in_batch == send.num_messages
+        topic, _ = conn.producers.get(send.producer_id, ("?", "?"))
+        entries = decode_batch(frame)
+        error = None
+        with self._lock:
+            if self._errors_to_send:
+                error = self._errors_to_send.pop()
+                outcome = "error"
+            elif self._wrong:
+                self._wrong -= 1
+                outcome = "wrong"
+            elif self._swallow is None or self._swallow > 0:
+                if self._swallow is not None:
+                    self._swallow -= 1
+                outcome = "swallowed"
+            else:
+                outcome = "sent"
+            self._sends.append(
+                Sent(
+                    conn.id,
+                    topic,
+                    md.producer_name,
+                    send.producer_id,
+                    send.sequence_id,
+                    send.highest_sequence_id,
+                    send.num_messages,
+                    tuple(value for _, value in entries),
+                    outcome,
+                )
+            )
+            self._messages.extend(
+                Message(conn.id, topic, md.producer_name, send.sequence_id + i, value, key)
+                for i, (key, value) in enumerate(entries)
+            )
+        if outcome == "swallowed":
+            return
+        if error is not None:
+            reply = _T(type=_T.SEND_ERROR)
+            reply.send_error.producer_id = send.producer_id
+            reply.send_error.sequence_id = send.sequence_id
+            reply.send_error.error = error  # type: ignore[assignment]
+            reply.send_error.message = "scripted by the fake broker"
+            conn.send(reply)
+            return
+        reply = _T(type=_T.SEND_RECEIPT)
+        receipt = reply.send_receipt
+        receipt.producer_id = send.producer_id
+        receipt.sequence_id = send.sequence_id
+        receipt.highest_sequence_id = send.highest_sequence_id
+        if outcome == "wrong":  # the next batch's id: a receipt the daemon must not skip ahead to
+            receipt.sequence_id = send.highest_sequence_id + 1
+            receipt.highest_sequence_id = send.highest_sequence_id + send.num_messages
+        receipt.message_id.ledgerId = 1
+        receipt.message_id.entryId = next(self._entry_ids)
+        conn.send(reply)
+
+
+def _close_producer(producer_id: int, assigned_url: str | None) -> pb.BaseCommand:
+    """CloseProducer as the Java broker sends it: request_id -1 (``ServerCnx.closeProducer``)."""
+    command = _T(type=_T.CLOSE_PRODUCER)
+    command.close_producer.producer_id = producer_id
+    command.close_producer.request_id = 2**64 - 1  # -1L as a uint64
+    if assigned_url:
+        command.close_producer.assignedBrokerServiceUrl = assigned_url
+    return command
+
+
+
+def _challenge() -> pb.BaseCommand:
+    command = _T(type=_T.AUTH_CHALLENGE)
+    command.authChallenge.server_version = "fake-broker"
+    command.authChallenge.challenge.auth_method_name = "token"
+    command.authChallenge.challenge.auth_data = b"refresh"
+    command.authChallenge.protocol_version = pb.v20
+    return command

@@ -1,0 +1,105 @@
+"""What the fake broker records and how it reads a Send's batch (``fakebroker.py``)."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from pulsar_bruce.batch.compression import decompress
+from pulsar_bruce.frame import pulsar_api_pb2 as pb
+from pulsar_bruce.frame.codec import Frame
+
+_U32 = struct.Struct(">I")
+
+
+@dataclass(frozen=True)
+class LookupAnswer:
+    """How the fake answers one LookupTopic.  ``broker_url`` None means this broker."""
+
+    broker_url: str | None = None
+    redirect: bool = False
+    authoritative: bool = True
+    proxy_through_service_url: bool = False
+
+    @classmethod
+    def redirect_to(cls, url: str, authoritative: bool = True) -> LookupAnswer:
+        return cls(url, redirect=True, authoritative=authoritative)
+
+
+@dataclass(frozen=True)
+class Lookup:
+    conn: int
+    topic: str
+    authoritative: bool
+    listener: str | None = None  # advertised_listener_name, when the client sent one
+
+
+@dataclass(frozen=True)
+class ProducerRequest:
+    conn: int
+    topic: str
+    producer_id: int
+    requested_name: str | None  # what the client asked for (None: let the broker pick)
+    assigned_name: str
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One Send frame (a batch) as received."""
+
+    conn: int
+    topic: str
+    producer_name: str
+    producer_id: int
+    sequence_id: int
+    highest_sequence_id: int
+    num_messages: int
+    values: tuple[bytes, ...]
+    receipt: str  # "sent", "swallowed", "wrong" or "error"
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message out of a batch; ``sequence_id`` is the batch's plus its index."""
+
+    conn: int
+    topic: str
+    producer_name: str
+    sequence_id: int
+    value: bytes
+    key: str
+
+
+def decode_batch(frame: Frame) -> list[tuple[str, bytes]]:
+    """``(key, value)`` of every entry ``[u32 size][SingleMessageMetadata][value]``."""
+    md = frame.metadata
+    assert md is not None, "Send without a payload section"
+    data = decompress(md.compression, frame.payload, md.uncompressed_size)
+    entries = []
+    offset = 0
+    for _ in range(md.num_messages_in_batch):
+        (size,) = _U32.unpack_from(data, offset)
+        single = pb.SingleMessageMetadata()
+        single.ParseFromString(data[offset + 4 : offset + 4 + size])
+        start = offset + 4 + size
+        entries.append((single.partition_key, data[start : start + single.payload_size]))
+        offset = start + single.payload_size
+    assert offset == len(data), f"{len(data) - offset} bytes left after the batch entries"
+    return entries
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Credentials a client presented: in Connect or in an AuthResponse."""
+
+    conn: int
+    method: str
+    data: bytes
+    how: str  # "connect" or "auth_response"
+
+
+def copy_message(message: Any) -> Any:
+    copy = type(message)()
+    copy.CopyFrom(message)
+    return copy

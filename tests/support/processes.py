@@ -1,0 +1,324 @@
+"""Real processes for tests and ``bench/``: a pulsar-lite broker and the daemon.
+
+Shared by ``tests/conftest.py`` (fixtures), the integration tests and the bench
+runners, so every caller starts, waits on and scrapes them the same way.  Nothing
+here sleeps to synchronise: every wait polls a condition until a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Where daemon processes import ``pulsar_bruce`` and ``to_pulsar`` from, unless told otherwise.
+SOURCE_ROOTS = (ROOT / "daemon", ROOT / "client_lib")
+
+T = TypeVar("T")
+
+
+class ProcessError(AssertionError):
+    """A process failed, or a condition was not met before its deadline."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def wait_for(
+    condition: Callable[[], T | None], timeout: float = 30.0, what: str = "condition"
+) -> T:
+    """Poll ``condition`` (5 ms doubling to 100 ms) until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    interval = 0.005
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise ProcessError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+        interval = min(interval * 2, 0.1)
+
+
+def source_env(roots: Sequence[Path] = SOURCE_ROOTS) -> dict[str, str]:
+    """The environment for child processes: ``roots`` first on PYTHONPATH, so the checkout
+    (or a snapshot of it) is what runs, however the package is installed."""
+    env = dict(os.environ)
+    paths = [str(root) for root in roots]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+# -- broker --------------------------------------------------------------------------------
+
+
+class Broker:
+    """A pulsar-lite process on a free port with its own data dir; restartable on the same port."""
+
+    def __init__(self, workdir: Path, partitions: int, extra_config: str = ""):
+        from pulsar_lite.binary_finder import find_pulsar_lite_binary
+
+        self.binary = str(find_pulsar_lite_binary())
+        self.workdir = workdir
+        self.partitions = partitions
+        self.port = free_port()
+        self.url = f"pulsar://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[bytes] | None = None
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "pulsar-lite.toml").write_text(
+            f"default_partitions = {partitions}\n{extra_config}\n[metrics]\nenabled = false\n"
+        )
+
+    @property
+    def pid(self) -> int:
+        if self.process is None:
+            raise ProcessError("broker is not running")
+        return self.process.pid
+
+    def start(self) -> None:
+        with (self.workdir / "broker.log").open("ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    self.binary,
+                    "--config",
+                    str(self.workdir / "pulsar-lite.toml"),
+                    "--addr",
+                    f"127.0.0.1:{self.port}",
+                    "--db-path",
+                    str(self.workdir / "data"),
+                    "--log-level",
+                    "warn",
+                ],
+                cwd=self.workdir,
+                stdout=log,
+                stderr=log,
+            )
+        wait_for(self._listening, 30, "the broker to listen")
+
+    def _listening(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise ProcessError(f"broker exited with {self.process.returncode}; see {self.workdir}")
+        return port_open(self.port)
+
+    def kill(self) -> None:
+        """SIGKILL: the broker vanishes without closing anything."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(10)
+            self.process = None
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+            self.process = None
+
+
+# -- metrics -------------------------------------------------------------------------------
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")
+_DISCARDED = re.compile(r'pulsar_bruce_discarded_total\{reason="([a-z_]+)"\}')
+_LATENCY_BUCKET = re.compile(r'pulsar_bruce_send_latency_seconds_bucket\{le="([^"]+)"\}')
+
+
+def scrape_metrics(port: int) -> str:
+    """One GET /metrics over a raw socket (cheaper than urllib at a 5 ms poll)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(b"GET /metrics HTTP/1.0\r\nHost: tests\r\n\r\n")
+        chunks = []
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+    response = b"".join(chunks).decode("latin-1")
+    head, _, body = response.partition("\r\n\r\n")
+    if not head.startswith("HTTP/1.1 200"):
+        raise ProcessError(f"unexpected /metrics response: {head[:200]!r}")
+    return body
+
+
+def parse_samples(text: str) -> dict[str, float]:
+    """``{'name{labels}': value}`` from a Prometheus text exposition."""
+    samples = {}
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match:
+            samples[match.group(1) + (match.group(2) or "")] = float(match.group(3))
+    return samples
+
+
+@dataclass
+class Counters:
+    """One scrape of the daemon's accounting counters (and the send latency histogram)."""
+
+    received: int
+    acked: int
+    buffered: int
+    possible_duplicates: int
+    discarded: dict[str, int] = field(default_factory=dict)
+    #: ``pulsar_bruce_send_latency_seconds`` cumulative buckets: upper bound -> count.
+    latency_buckets: dict[float, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_samples(cls, samples: dict[str, float]) -> Counters:
+        counters = cls(
+            received=int(samples["pulsar_bruce_received_total"]),
+            acked=int(samples["pulsar_bruce_acked_total"]),
+            buffered=int(samples["pulsar_bruce_buffered_messages"]),
+            possible_duplicates=int(samples["pulsar_bruce_possible_duplicates_total"]),
+        )
+        for name, value in samples.items():
+            if match := _DISCARDED.fullmatch(name):
+                counters.discarded[match.group(1)] = int(value)
+            elif match := _LATENCY_BUCKET.fullmatch(name):
+                counters.latency_buckets[float(match.group(1))] = int(value)
+        return counters
+
+    @property
+    def total_discarded(self) -> int:
+        return sum(self.discarded.values())
+
+    @property
+    def settled(self) -> int:
+        """Messages with an outcome: acked or discarded."""
+        return self.acked + self.total_discarded
+
+    def identity_holds(self) -> bool:
+        return self.received == self.acked + self.total_discarded + self.buffered
+
+
+# -- daemon ----------------------------------------------------------------------------------
+
+
+class Daemon:
+    """``python -m pulsar_bruce`` as a subprocess, with its metrics read over HTTP."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        service_url: str,
+        extra_args: list[str],
+        source_roots: Sequence[Path] = SOURCE_ROOTS,
+        cwd: Path | None = None,
+    ):
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.workdir = workdir
+        self.socket_path = str(workdir / "bruce.sock")
+        self.metrics_port = free_port()
+        self.log_path = workdir / "daemon.log"
+        self.argv = [
+            sys.executable,
+            "-m",
+            "pulsar_bruce",
+            "--socket",
+            self.socket_path,
+            "--service-url",
+            service_url,
+            "--metrics-listen",
+            f"127.0.0.1:{self.metrics_port}",
+            *extra_args,
+        ]
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.argv, stdout=log, stderr=log, env=source_env(source_roots), cwd=cwd
+            )
+        wait_for(self._serving, 30, "daemon to serve")
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def _serving(self) -> bool:
+        self.check_alive()
+        return os.path.exists(self.socket_path) and port_open(self.metrics_port)
+
+    def check_alive(self) -> None:
+        if self.process.poll() is not None:
+            raise ProcessError(f"daemon exited with {self.process.returncode}:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def sender(self, timeout: float = 5.0) -> Any:
+        from to_pulsar import Sender
+
+        return Sender(self.socket_path, timeout=timeout)
+
+    def send_raw(self, datagram: bytes) -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.sendto(datagram, self.socket_path)
+
+    def metrics(self) -> dict[str, float]:
+        """``{'name{labels}': value}`` from one scrape."""
+        return parse_samples(scrape_metrics(self.metrics_port))
+
+    def counters(self) -> Counters:
+        return Counters.from_samples(self.metrics())
+
+    def wait_settled(self, expected_received: int, timeout: float = 30.0) -> Counters:
+        """Wait until every datagram sent has been received and has an outcome."""
+        last: Counters | None = None
+
+        def settled() -> Counters | None:
+            nonlocal last
+            self.check_alive()
+            last = self.counters()
+            return last if last.received >= expected_received and last.buffered == 0 else None
+
+        try:
+            return wait_for(settled, timeout, f"{expected_received} datagrams to settle")
+        except ProcessError as exc:
+            tail = self.log()[-2000:]
+            raise ProcessError(f"{exc}; last scrape {last}; daemon log tail:\n{tail}") from exc
+
+    def warm_up(self, topic: str, partitions: int) -> None:
+        """Send one ``b"warm-up"`` message and wait until every partition's producer is ready,
+        so PartitionKey messages are not failed over while producers are still connecting."""
+        with self.sender() as sender:
+            sender.send(topic, b"warm-up")
+        name = topic if "://" in topic else f"persistent://public/default/{topic}"
+        key = f'pulsar_bruce_topic_partitions_ready{{topic="{name}"}}'
+        wait_for(lambda: self.metrics().get(key) == partitions, 30, f"{partitions} ready producers")
+
+    def terminate(self, timeout: float = 60.0) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it has not exited within 30 s."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)

@@ -1,0 +1,264 @@
+"""to_pulsar.spark's planning and per-task writing, without a Spark session.
+
+The task side (rows or Arrow batches -> records -> flush -> commit or fail) runs
+against the fake stream daemon; the planning side against hand-built schemas.
+The Spark session tests are in tests/integration/test_spark.py.
+"""
+
+from __future__ import annotations
+
+import datetime
+import pickle
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import to_pulsar
+
+pytest.importorskip("pyspark", reason="pyspark is not installed (the [spark] extra)")
+pa = pytest.importorskip("pyarrow")
+
+from pyspark.sql import Row  # noqa: E402
+from pyspark.sql.types import (  # noqa: E402
+    BinaryType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+from to_pulsar import encode_any_partition, encode_partition_key  # noqa: E402
+from to_pulsar.spark import (  # noqa: E402
+    ToPulsarCommitMessage,
+    ToPulsarDataSource,
+    ToPulsarSparkError,
+    _Plan,
+)
+
+from tests.support.fakestream import FakeStreamDaemon, Flush, flush_response  # noqa: E402
+
+MS = 1_700_000_000_123
+
+
+@pytest.fixture
+def sock_path(tmp_path: Path) -> Iterator[Path]:
+    if len(str(tmp_path)) < 90:
+        yield tmp_path / "s.sock"
+        return
+    with tempfile.TemporaryDirectory(prefix="tp") as short:
+        yield Path(short) / "s.sock"
+
+
+@pytest.fixture
+def fake(sock_path: Path) -> Iterator[FakeStreamDaemon]:
+    daemon = FakeStreamDaemon(sock_path)
+    yield daemon
+    daemon.close()
+
+
+def schema(**columns: object) -> StructType:
+    return StructType([StructField(name, t, True) for name, t in columns.items()])
+
+
+FULL = schema(
+    value=StringType(),
+    key=BinaryType(),
+    partition_key=LongType(),
+    topic=StringType(),
+    timestamp=TimestampType(),
+    other=DoubleType(),
+)
+
+
+def plan(s: StructType, **options: str) -> _Plan:
+    return _Plan.from_options(options, s)
+
+
+# -- planning ------------------------------------------------------------------------------------
+
+
+def test_plan_finds_columns_case_insensitively_and_reads_options() -> None:
+    p = plan(
+        schema(Value=BinaryType(), TS=LongType(), timestamp=LongType(), Partition_Key=ShortType()),
+        topic="t",
+        socket="/x.sock",
+        flushTimeoutMs="1500",
+        tolerateDiscards="TRUE",
+    )
+    assert (p.value, p.partition_key, p.timestamp, p.key, p.topic_column) == (0, 3, 2, None, None)
+    assert (p.socket, p.topic, p.flush_timeout_s) == ("/x.sock", "t", 1.5)
+    assert p.tolerate_discards is True
+    assert p.timestamp_kind == "ms"
+    defaults = plan(schema(value=StringType()), topic="t")
+    assert (defaults.socket, defaults.flush_timeout_s, defaults.tolerate_discards) == (
+        None,
+        60.0,
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("columns", "options", "message"),
+    [
+        (
+            {"payload": StringType()},
+            {"topic": "t"},
+            "to_pulsar: the DataFrame needs a 'value' column (string or binary)",
+        ),
+        (
+            {"value": LongType()},
+            {"topic": "t"},
+            "column 'value' must be string or binary, not bigint",
+        ),
+        ({"value": StringType(), "key": IntegerType()}, {"topic": "t"}, "'key' must be string"),
+        (
+            {"value": StringType(), "partition_key": StringType()},
+            {"topic": "t"},
+            "to_pulsar: column 'partition_key' must be an integer type "
+            "(tinyint, smallint, int or bigint), not string",
+        ),
+        ({"value": StringType(), "topic": BinaryType()}, {}, "'topic' must be string, not binary"),
+        ({"value": StringType(), "timestamp": StringType()}, {"topic": "t"}, "'timestamp' must be"),
+        ({"value": StringType()}, {}, "no topic: set .option('topic', ...) or add a 'topic'"),
+        ({"value": StringType()}, {"topic": "t", "flushTimeoutMs": "0"}, "positive number"),
+        ({"value": StringType()}, {"topic": "t", "tolerateDiscards": "yes"}, "true or false"),
+    ],
+)
+def test_plan_rejects_bad_schemas_and_options(
+    columns: dict[str, object], options: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ToPulsarSparkError) as info:
+        plan(schema(**columns), **options)
+    assert message in str(info.value)
+
+
+def test_data_source_refuses_overwrite() -> None:
+    source = ToPulsarDataSource({"topic": "t"})
+    assert ToPulsarDataSource.name() == "to_pulsar"
+    with pytest.raises(ToPulsarSparkError, match=r"mode\('append'\)"):
+        source.writer(schema(value=StringType()), True)
+    writer = pickle.loads(pickle.dumps(source.writer(schema(value=StringType()), False)))
+    assert writer.plan.topic == "t"
+    assert pickle.loads(pickle.dumps(source.streamWriter(schema(value=StringType()), True)))
+
+
+# -- one task --------------------------------------------------------------------------------
+
+
+def arrow_batch() -> object:
+    return pa.record_batch(
+        [
+            pa.array(["a", None, "c"], pa.string()),
+            pa.array([b"k1", None, b"\xff"], pa.binary()),
+            pa.array([None, 7, 4_294_967_295], pa.int64()),
+            pa.array([None, "other", None], pa.string()),
+            pa.array([MS * 1000 + 999, None, 0], pa.timestamp("us", tz="UTC")),
+            pa.array([1.0, 2.0, 3.0]),
+        ],
+        names=["value", "key", "partition_key", "topic", "timestamp", "other"],
+    )
+
+
+def test_arrow_batches_become_records(fake: FakeStreamDaemon) -> None:
+    p = plan(FULL, topic="default", socket=str(fake.path))
+    commit = p.write(iter([arrow_batch(), arrow_batch()]))
+    assert commit == ToPulsarCommitMessage(6, 6, {}, commit.host)
+    records = fake.message_records()
+    assert records[:3] == [
+        encode_any_partition("default", b"a", b"k1", MS),
+        encode_partition_key(7, "other", b"", b"", records_ts(records[1])),  # null ts: now
+        encode_partition_key(4_294_967_295, "default", b"c", b"\xff", 0),
+    ]
+    assert len(records) == 6 and (records[3], records[5]) == (records[0], records[2])
+    assert len(fake.flushes) == 1  # one connection, one flush per task
+
+
+def test_rows_become_records_with_local_and_ntz_timestamps(fake: FakeStreamDaemon) -> None:
+    local = plan(
+        schema(value=BinaryType(), timestamp=TimestampType(), partition_key=IntegerType()),
+        topic="t",
+        socket=str(fake.path),
+    )
+    # pyspark hands TimestampType to Python as naive local time.
+    naive_local = datetime.datetime.fromtimestamp(MS / 1000)
+    ntz = plan(schema(value=StringType(), timestamp=TimestampNTZType()), topic="t")
+    ntz = _Plan(**{**ntz.__dict__, "socket": str(fake.path)})
+    local.write(iter([Row(value=b"r", timestamp=naive_local, partition_key=-1)]))
+    ntz.write(iter([Row(value="n", timestamp=datetime.datetime(2023, 11, 14, 22, 13, 20, 123000))]))
+    assert fake.message_records() == [
+        encode_partition_key(-1, "t", b"r", b"", MS),
+        encode_any_partition("t", b"n", b"", MS),
+    ]
+
+
+def test_discards_fail_the_task_with_counts(fake: FakeStreamDaemon) -> None:
+    def policy(flush: Flush) -> bytes:
+        return flush_response(flush.request_id, len(flush.records) - 2, {"too_large": 2})
+
+    fake.policy = policy
+    p = plan(schema(value=StringType(), partition_key=LongType()), topic="t", socket=str(fake.path))
+    batch = pa.record_batch(
+        [pa.array([str(i) for i in range(10)]), pa.array([1, 2, 3, 2**40, 5, 6, 7, 8, 9, 10])],
+        names=["value", "partition_key"],
+    )
+    with pytest.raises(ToPulsarSparkError) as info:
+        p.write(iter([batch]))
+    message = str(info.value)
+    assert "to_pulsar: 3 of 10 rows were not delivered (invalid 1, too_large 2), 7 acked" in message
+    assert "first invalid row 4: partition key must be in" in message
+    assert "tolerateDiscards=true" in message
+
+    tolerant = _Plan(**{**p.__dict__, "tolerate_discards": True})
+    commit = tolerant.write(iter([batch]))
+    assert (commit.rows, commit.acked, commit.discarded) == (10, 7, {"too_large": 2, "invalid": 1})
+
+
+def test_a_row_without_topic_is_invalid(fake: FakeStreamDaemon) -> None:
+    p = plan(schema(value=StringType(), topic=StringType()), socket=str(fake.path))
+    batch = pa.record_batch([pa.array(["a", "b"]), pa.array(["t", None])], names=["value", "topic"])
+    with pytest.raises(ToPulsarSparkError, match="row 2: no topic"):
+        p.write(iter([batch]))
+
+
+def test_empty_task_needs_no_daemon(sock_path: Path) -> None:
+    p = plan(schema(value=StringType()), topic="t", socket=str(sock_path))
+    assert p.write(iter([])).rows == 0
+    with pytest.raises(ToPulsarSparkError, match="no daemon listening on stream socket"):
+        p.write(iter([Row(value="x")]))
+
+
+def test_no_confirmation_in_time(fake: FakeStreamDaemon) -> None:
+    fake.policy = lambda flush: b""
+    p = plan(schema(value=StringType()), topic="t", socket=str(fake.path), flushTimeoutMs="200")
+    with pytest.raises(ToPulsarSparkError, match=r"within 0\.2 s for 1 rows \(flushTimeoutMs\)"):
+        p.write(iter([Row(value="x")]))
+
+
+def test_daemon_closing_the_connection_fails_the_task(fake: FakeStreamDaemon) -> None:
+    fake.policy = lambda flush: None
+    p = plan(schema(value=StringType()), topic="t", socket=str(fake.path))
+    with pytest.raises(ToPulsarSparkError, match=r"task failed after 1 rows on .*closed"):
+        p.write(iter([Row(value="x")]))
+
+
+def test_default_socket_is_resolved_on_the_executor(
+    fake: FakeStreamDaemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = plan(schema(value=StringType()), topic="t")
+    assert p.socket is None
+    monkeypatch.setenv("TO_PULSAR_STREAM_SOCKET", str(fake.path))
+    assert p.write(iter([Row(value="x")])).acked == 1
+    assert to_pulsar.resolve_stream_socket_path() == str(fake.path)
+
+
+def records_ts(record: bytes) -> int:
+    """Timestamp of a PartitionKey record."""
+    import struct
+
+    (topic_size,) = struct.unpack_from(">h", record, 14)
+    return int(struct.unpack_from(">q", record, 16 + topic_size)[0])

@@ -1,0 +1,420 @@
+"""ProducerDriver against a fake pool and broker connection: connect, write, receipts,
+reconnect and resend, broker errors, send and receipt timeouts, linger.
+
+Time-driven checks move a fake clock standing in for the driver's ``time`` module; the
+driver's timers still run on the event loop, so every wait is a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+from pulsar_bruce import reasons
+from pulsar_bruce.connection.broker_connection import ServerError
+from pulsar_bruce.connection.pool import TopicLookupError
+from pulsar_bruce.frame import pulsar_api_pb2 as pb
+from pulsar_bruce.producer import driver as driver_module
+from pulsar_bruce.producer.delivery import DeliveryPolicy
+from pulsar_bruce.producer.driver import ProducerDriver
+from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
+
+from tests.support.fakes_asyncio import FakeClock, FakePool, RecordingListener, until
+
+TOPIC = "persistent://public/default/t-partition-0"
+PRODUCER_ID = 7
+#: Timers that must not fire during a test unless it moves the clock.
+LONG = DeliveryPolicy(receipt_timeout_s=3600.0, send_timeout_s=3600.0, max_send_attempts=10)
+
+
+class Rig:
+    """A driver for one partition with a fake pool and a recording listener."""
+
+    def __init__(
+        self,
+        pool: FakePool,
+        delivery: DeliveryPolicy = LONG,
+        policy: BatchPolicy | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.pool = pool
+        self.listener = RecordingListener()
+        self.producer = PartitionProducer(TOPIC, 0, PRODUCER_ID, policy or BatchPolicy())
+        if name is not None:
+            self.producer.name, self.producer.name_is_ours = name, True
+        self.driver = ProducerDriver(self.producer, pool, self.listener, delivery)
+        self._values = 0
+
+    def seal(self, count: int = 1) -> None:
+        """A batch of ``count`` messages is sealed and the edge asks the driver to write it."""
+        for _ in range(count):
+            self._values += 1
+            self.producer.batch.append(b"", 0, b"value-%d" % self._values, 0, 64)
+        assert self.producer.seal() is not None
+        self.driver.flush()
+
+    async def connected(self, number: int = 1) -> None:
+        """Wait until the driver is ready on the pool's ``number``-th connection."""
+        await until(
+            lambda: (
+                len(self.pool.opened) >= number
+                and self.driver.connection is self.pool.opened[number - 1]
+            ),
+            f"connection {number}",
+        )
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(test())
+
+
+def run_connected(
+    body: Callable[[Rig], Awaitable[None]],
+    pool: Callable[[], FakePool] = FakePool,
+    delivery: DeliveryPolicy = LONG,
+    policy: BatchPolicy | None = None,
+    name: str | None = None,
+) -> None:
+    """Run ``body`` with a driver ready on its first connection, and stop it afterwards."""
+
+    async def test() -> None:
+        rig = Rig(pool(), delivery, policy, name)
+        rig.driver.start()
+        await rig.connected()
+        await body(rig)
+        await rig.driver.stop()
+
+    asyncio.run(test())
+
+
+def sent_ids(rig: Rig, connection: int = 1) -> list[tuple[int, int]]:
+    """(sequence id, message count) of every Send written on the ``connection``-th connection."""
+    sends = rig.pool.opened[connection - 1].sends
+    return [(send.sequence_id, send.num_messages) for send in sends]
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(driver_module, "time", fake)
+    return fake
+
+
+# -- connecting and writing ---------------------------------------------------------------------
+
+
+def test_connect_registers_the_producer_and_writes_pending_batches_in_order() -> None:
+    async def test() -> None:
+        rig = Rig(FakePool(last_sequence_id=41))
+        rig.seal(2)
+        rig.seal(1)
+        rig.seal(3)
+        assert rig.pool.opened == []  # nothing written before a connection
+        rig.driver.start()
+        await rig.connected()
+        connection = rig.pool.connection
+        (create,) = connection.requests
+        assert create.producer.topic == TOPIC
+        assert create.producer.producer_id == PRODUCER_ID
+        assert connection.producers[PRODUCER_ID] is rig.driver
+        # The broker's last sequence id is where numbering continues.
+        assert sent_ids(rig) == [(42, 2), (44, 1), (45, 3)]
+        assert [[b.count for b in batches] for batches, _ in rig.listener.sent] == [[2, 1, 3]]
+        assert rig.listener.sent[0][1] == 0  # nothing resent
+        assert rig.producer.name == "broker-named-1"
+        rig.seal(1)  # connected: written at once
+        assert sent_ids(rig)[-1] == (48, 1)
+        await rig.driver.stop()
+        assert connection.producers == {}
+
+    run(test)
+
+
+def test_a_name_of_our_own_is_sent_as_user_provided() -> None:
+    async def body(rig: Rig) -> None:
+        (create,) = rig.pool.connection.requests
+        assert create.producer.producer_name == "host-bruce-0"
+        assert create.producer.user_provided_producer_name
+
+    run_connected(body, name="host-bruce-0")
+
+
+def test_receipts_ack_batches_through_the_listener() -> None:
+    async def body(rig: Rig) -> None:
+        rig.seal(2)
+        rig.seal(1)
+        connection = rig.pool.connection
+        connection.receipt(PRODUCER_ID, 0)
+        connection.receipt(PRODUCER_ID, 0)  # a duplicate receipt is stale: ignored
+        connection.receipt(PRODUCER_ID, 2)
+        assert [batch.sequence_id for batch in rig.listener.acked] == [0, 2]
+        assert not rig.producer.pending
+        assert connection.aborted == []
+
+    run_connected(body)
+
+
+def test_a_receipt_that_matches_nothing_drops_the_connection() -> None:
+    async def body(rig: Rig) -> None:
+        rig.seal(1)
+        rig.seal(1)
+        rig.pool.connection.receipt(PRODUCER_ID, 1)  # the second batch before the first
+        assert rig.listener.acked == []
+        assert len(rig.pool.connection.aborted) == 1
+        await rig.connected(2)
+        assert sent_ids(rig, 2) == [(0, 1), (1, 1)]
+
+    run_connected(body)
+
+
+# -- reconnect and resend --------------------------------------------------------------------
+
+
+def test_after_a_lost_connection_every_unacked_batch_is_resent_in_order() -> None:
+    async def body(rig: Rig) -> None:
+        for count in (1, 2, 3):
+            rig.seal(count)
+        first = rig.pool.connection
+        first.receipt(PRODUCER_ID, 0)
+        first.lose()
+        await until(lambda: rig.driver.connection is None, "the driver to notice")
+        rig.seal(4)  # sealed while disconnected: goes after the resent ones
+        await rig.connected(2)
+        assert sent_ids(rig, 1) == [(0, 1), (1, 2), (3, 3)]
+        assert sent_ids(rig, 2) == [(1, 2), (3, 3), (6, 4)]  # same sequence ids as before
+        batches, resent = rig.listener.sent[-1]
+        assert [batch.count for batch in batches] == [2, 3, 4]
+        assert resent == 5  # the two batches written before: possible duplicates
+        assert [batch.send_attempts for batch in batches] == [2, 2, 1]
+        # The producer is re-created under the name the broker gave it, as a new epoch.
+        create = rig.pool.connection.requests[-1].producer
+        assert create.producer_name == "broker-named-1"
+        assert not create.user_provided_producer_name
+        assert create.epoch == 1
+        rig.pool.connection.receipt(PRODUCER_ID, 1)
+        assert [batch.sequence_id for batch in rig.listener.acked] == [0, 1]
+
+    run_connected(body)
+
+
+def test_a_broker_closing_the_producer_makes_it_register_again_and_resend() -> None:
+    async def body(rig: Rig) -> None:
+        rig.seal(2)
+        connection = rig.pool.connection
+        connection.close_producer(PRODUCER_ID)
+        assert rig.driver.connection is None
+        # The connection itself is fine: the producer comes back on it.
+        await until(lambda: len(connection.requests) == 2, "the producer to be re-created")
+        await until(lambda: len(connection.sends) == 2, "the resend")
+        assert sent_ids(rig) == [(0, 2), (0, 2)]
+        assert rig.listener.sent[-1][1] == 2
+
+    run_connected(body)
+
+
+def test_a_batch_written_max_send_attempts_times_is_given_up() -> None:
+    async def body(rig: Rig) -> None:
+        rig.seal(1)
+        rig.pool.connection.lose()
+        await rig.connected(2)
+        rig.pool.connection.lose()
+        await rig.connected(3)
+        assert rig.pool.opened[2].sends == []
+        assert [b.count for b in rig.listener.discarded_for(reasons.RETRIES_EXHAUSTED)] == [1]
+
+    delivery = DeliveryPolicy(receipt_timeout_s=3600.0, send_timeout_s=0, max_send_attempts=2)
+    run_connected(body, delivery=delivery)
+
+
+# -- broker errors ---------------------------------------------------------------------------
+
+
+def test_a_permanent_send_error_discards_the_batch_it_names_and_resends_the_rest() -> None:
+    async def body(rig: Rig) -> None:
+        rig.seal(1)
+        rig.seal(2)
+        rig.pool.connection.send_error(PRODUCER_ID, 0, pb.TopicTerminatedError)
+        rejected = rig.listener.discarded_for(reasons.BROKER_REJECTED)
+        assert [batch.sequence_id for batch in rejected] == [0]
+        assert len(rig.pool.opened[0].aborted) == 1
+        await rig.connected(2)
+        assert sent_ids(rig, 2) == [(1, 2)]
+
+    run_connected(body)
+
+
+def test_a_retriable_send_error_resends_everything() -> None:
+    async def body(rig: Rig) -> None:
+        rig.seal(1)
+        rig.seal(2)
+        rig.pool.connection.send_error(PRODUCER_ID, 0, pb.PersistenceError)
+        assert rig.listener.discarded == []
+        await rig.connected(2)
+        assert sent_ids(rig, 2) == [(0, 1), (1, 2)]
+
+    run_connected(body)
+
+
+def test_a_checksum_error_discards_the_batch_only_if_our_copy_is_corrupt() -> None:
+    async def body(rig: Rig) -> None:
+        rig.seal(1)
+        rig.pool.connection.send_error(PRODUCER_ID, 0, pb.ChecksumError)
+        assert rig.listener.discarded == []  # intact here: corrupted on the way, resend
+        await rig.connected(2)
+        assert sent_ids(rig, 2) == [(0, 1)]
+        head = rig.producer.pending[0]
+        head.frame = head.frame[:-3] + b"\xff\xff\xff"  # our copy goes bad
+        rig.pool.connection.send_error(PRODUCER_ID, 0, pb.ChecksumError)
+        assert rig.listener.discarded_for(reasons.BROKER_REJECTED) == [head]
+
+    run_connected(body)
+
+
+def test_a_producer_refused_for_good_discards_what_waits_until_the_broker_accepts_it() -> None:
+    async def test() -> None:
+        pool = FakePool()
+        pool.lookup_errors.append(TopicLookupError("lookup of t: TopicNotFound", pb.TopicNotFound))
+        rig = Rig(pool)
+        rig.seal(2)
+        rig.driver.start()
+        await until(lambda: rig.driver.rejected is not None, "the refusal")
+        assert rig.driver.rejected == "TopicNotFound"
+        assert [b.count for b in rig.listener.discarded_for(reasons.BROKER_REJECTED)] == [2]
+        rig.seal(1)  # while refused: discarded at once, not kept
+        assert len(rig.listener.discarded_for(reasons.BROKER_REJECTED)) == 2
+        assert not rig.producer.pending
+        await rig.connected()  # the retry finds the topic again
+        assert rig.driver.rejected is None
+        rig.seal(1)
+        assert sent_ids(rig) == [(0, 1)]
+        await rig.driver.stop()
+
+    run(test)
+
+
+def test_a_permanent_error_creating_the_producer_is_a_refusal_too() -> None:
+    async def test() -> None:
+        pool = FakePool()
+        pool.request_errors.append(ServerError(pb.ProducerFenced, "fenced"))
+        rig = Rig(pool)
+        rig.seal(1)
+        rig.driver.start()
+        await until(lambda: rig.listener.discarded, "the discard")
+        assert rig.listener.discarded_for(reasons.BROKER_REJECTED)
+        assert rig.pool.connection.producers == {}  # unregistered after the failed create
+        await rig.driver.stop()
+
+    run(test)
+
+
+def test_retriable_lookup_failures_keep_the_batches() -> None:
+    async def test() -> None:
+        pool = FakePool()
+        pool.lookup_errors.extend([TopicLookupError("timeout"), OSError("unreachable")])
+        rig = Rig(pool)
+        rig.seal(1)
+        rig.driver.start()
+        await rig.connected()
+        assert len(pool.lookups) == 3
+        assert rig.listener.discarded == []
+        assert sent_ids(rig) == [(0, 1)]
+        await rig.driver.stop()
+
+    run(test)
+
+
+def test_a_message_too_large_for_the_broker_is_discarded_and_a_large_batch_split() -> None:
+    async def body(rig: Rig) -> None:
+        for _ in range(3):
+            rig.producer.batch.append(b"", 0, b"x" * 150, 0, 200)
+        rig.producer.seal()
+        rig.producer.batch.append(b"", 0, b"y" * 500, 0, 520)
+        rig.producer.seal()
+        rig.driver.flush()
+        assert [b.count for b in rig.listener.discarded_for(reasons.TOO_LARGE)] == [1]
+        assert [count for _, count in sent_ids(rig)] == [1, 2]  # split in halves to fit
+
+    run_connected(body, pool=lambda: FakePool(max_message_size=1024 + 400))
+
+
+# -- timers ----------------------------------------------------------------------------------
+
+
+def test_the_send_timeout_discards_old_batches_only(clock: FakeClock) -> None:
+    async def test() -> None:
+        delivery = DeliveryPolicy(receipt_timeout_s=3600.0, send_timeout_s=0.05)
+        rig = Rig(FakePool(lookups_hang=True), delivery)  # no broker answers
+        rig.driver.start()
+        rig.seal(1)  # sealed at 1000.00
+        clock.advance(0.03)
+        rig.seal(2)  # sealed at 1000.03
+        clock.advance(0.03)  # 1000.06: only the first is older than 50 ms
+        await until(lambda: rig.listener.discarded, "the first batch to expire")
+        assert [(b.count, why) for b, why in rig.listener.discarded] == [(1, reasons.SEND_TIMEOUT)]
+        assert [b.count for b in rig.producer.pending] == [2]
+        clock.advance(0.03)
+        await until(lambda: len(rig.listener.discarded) == 2, "the second batch to expire")
+        expired = [(b.count, why) for b, why in rig.listener.discarded]
+        assert expired == [(1, reasons.SEND_TIMEOUT), (2, reasons.SEND_TIMEOUT)]
+        assert not rig.producer.pending
+        await rig.driver.stop()
+
+    run(test)
+
+
+def test_an_overdue_receipt_drops_the_connection_and_the_batch_is_resent(
+    clock: FakeClock,
+) -> None:
+    async def body(rig: Rig) -> None:
+        rig.seal(1)
+        first = rig.pool.connection
+        clock.advance(1.0)  # the receipt is overdue by the driver's clock
+        await until(lambda: first.aborted, "the connection to be dropped")
+        assert "no receipt" in first.aborted[0]
+        await rig.connected(2)
+        assert sent_ids(rig, 2) == [(0, 1)]
+        assert rig.listener.sent[-1][1] == 1
+        rig.pool.connection.receipt(PRODUCER_ID, 0)
+        assert len(rig.listener.acked) == 1
+
+    run_connected(body, delivery=DeliveryPolicy(receipt_timeout_s=0.05, send_timeout_s=0))
+
+
+def test_the_linger_timer_seals_the_open_batch_and_writes_it() -> None:
+    async def body(rig: Rig) -> None:
+        rig.producer.batch.append(b"", 0, b"a", 0, 64)
+        rig.driver.arm_linger()
+        rig.producer.batch.append(b"", 0, b"b", 0, 64)
+        rig.driver.arm_linger()  # already armed: one timer, one batch
+        await until(lambda: rig.pool.connection.sends, "the linger timer")
+        assert sent_ids(rig) == [(0, 2)]
+        assert rig.producer.batch.count == 0
+        rig.producer.batch.append(b"", 0, b"c", 0, 64)
+        rig.driver.arm_linger()  # the timer fired: a new one for the next batch
+        await until(lambda: len(rig.pool.connection.sends) == 2, "the second linger timer")
+        assert sent_ids(rig) == [(0, 2), (2, 1)]
+
+    run_connected(body, policy=BatchPolicy(max_delay_s=0.01))
+
+
+def test_stop_cancels_timers_and_leaves_the_producer_disconnected() -> None:
+    async def test() -> None:
+        rig = Rig(FakePool(), policy=BatchPolicy(max_delay_s=0.01))
+        rig.driver.start()
+        await rig.connected()
+        rig.producer.batch.append(b"", 0, b"a", 0, 64)
+        rig.driver.arm_linger()
+        await rig.driver.stop()
+        assert not rig.producer.ready
+        assert rig.pool.connection.producers == {}
+        # The loop runs due timers in deadline order: a linger timer left armed by stop
+        # (due in 10 ms) would seal the open batch before this one (due in 50 ms) fires.
+        loop = asyncio.get_running_loop()
+        fired = asyncio.Event()
+        loop.call_later(0.05, fired.set)
+        await fired.wait()
+        assert rig.producer.batch.count == 1
+        assert rig.pool.connection.sends == []
+
+    run(test)

@@ -1,0 +1,272 @@
+"""Spooler with a real SpoolStore and SpoolPolicy and a recording replayer: ticks write what
+is held and replay oldest first (this run's and earlier runs' records), only while no
+outage is in force and memory is below half its cap; the shutdown hand-over."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+from pathlib import Path
+
+import pytest
+from pulsar_bruce.model.ledger import Ledger, TopicCounters
+from pulsar_bruce.spool import records
+from pulsar_bruce.spool import store as store_module
+from pulsar_bruce.spool.policy import SpoolPolicy
+from pulsar_bruce.spool.records import SpooledBatch
+from pulsar_bruce.spool.spooler import Spooler
+from pulsar_bruce.spool.store import SpoolStore
+
+from tests.support.fakes_asyncio import until
+
+CAP = 1 << 20
+SPOOL_MAX = 1 << 20
+NOW = 1000.0
+
+
+class RecordingReplayer:
+    """The intake's replay side, recording what comes back (and in which order)."""
+
+    def __init__(self, ledger: Ledger | None = None) -> None:
+        self.replayed: list[tuple[bytes, bool] | SpooledBatch] = []
+        #: When given, replayed datagrams of earlier runs are taken into memory, as the intake does.
+        self.ledger = ledger
+
+    def replay_datagram(self, data: bytes, *, previous_run: bool) -> None:
+        self.replayed.append((data, previous_run))
+        if self.ledger is not None and previous_run:
+            self.ledger.readmit(1, len(data))
+
+    def replay_batch(self, spooled: SpooledBatch) -> None:
+        self.replayed.append(spooled)
+
+
+class Rig:
+    """A spooler as the server builds it, over a store in ``directory``."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        fsync: str = "never",
+        max_bytes: int = SPOOL_MAX,
+        cap: int = CAP,
+        into_memory: bool = False,
+    ):
+        self.ledger = Ledger()
+        self.store = SpoolStore(directory, max_bytes, fsync=fsync)
+        self.policy = SpoolPolicy(self.ledger, cap, self.store, unreachable_after_s=10.0)
+        self.replayer = RecordingReplayer(self.ledger if into_memory else None)
+        self.reachable = True
+        self.replays = 0
+        self.spooler = Spooler(
+            self.store,
+            self.policy,
+            self.replayer,
+            broker_reachable=lambda: self.reachable,
+            after_replay=self._after_replay,
+        )
+        self.spooler.open()
+
+    def _after_replay(self) -> None:
+        self.replays += 1
+
+    def spill(self, *datagrams: bytes) -> None:
+        """What the intake does with datagrams memory cannot take."""
+        for datagram in datagrams:
+            assert self.policy.hold(datagram)
+            self.ledger.spill()
+
+    @property
+    def datagrams(self) -> list[tuple[bytes, bool]]:
+        return [item for item in self.replayer.replayed if isinstance(item, tuple)]
+
+
+def earlier_run(directory: Path, *datagrams: bytes, front: list[bytes] | None = None) -> None:
+    """A run that spooled ``datagrams`` (and, at shutdown, ``front``) and stopped."""
+    rig = Rig(directory)
+    rig.spill(*datagrams)
+    rig.spooler.stop_replaying()
+    rig.spooler.tick(NOW)
+    assert rig.spooler.shutdown(front or []) == bool(front)
+
+
+def test_a_tick_writes_what_is_held_and_replays_it_as_this_runs(tmp_path: Path) -> None:
+    rig = Rig(tmp_path)
+    rig.spill(b"d1", b"d2")
+    assert rig.store.is_empty  # held in memory until the tick
+    rig.spooler.tick(NOW)
+    assert rig.datagrams == [(b"d1", False), (b"d2", False)]
+    assert rig.replays == 1
+    assert rig.store.is_empty
+    rig.spooler.tick(NOW)  # the spool is drained: messages flow through memory again
+    assert not rig.policy.spilling
+    assert rig.replays == 1
+
+
+def test_records_of_an_earlier_run_come_back_first_and_flagged(tmp_path: Path) -> None:
+    earlier_run(tmp_path, b"old1", b"old2")
+    rig = Rig(tmp_path)
+    assert rig.policy.spilling  # new messages queue behind the old ones
+    rig.spill(b"new1")
+    rig.spooler.tick(NOW)
+    assert rig.datagrams == [(b"old1", True), (b"old2", True), (b"new1", False)]
+
+
+def test_the_front_written_at_shutdown_is_replayed_before_everything_else(
+    tmp_path: Path,
+) -> None:
+    batch = records.encode_batch("persistent://public/default/t", 2, 17, 3, b"entries")
+    front = [batch, records.encode(records.DATAGRAM, b"waiting")]
+    earlier_run(tmp_path, b"spooled", front=front)
+    rig = Rig(tmp_path)
+    rig.spooler.tick(NOW)
+    assert rig.replayer.replayed == [
+        SpooledBatch("persistent://public/default/t", 2, 17, 3, b"entries"),
+        (b"waiting", True),
+        (b"spooled", True),
+    ]
+
+
+def test_nothing_is_replayed_while_memory_is_at_half_its_cap(tmp_path: Path) -> None:
+    rig = Rig(tmp_path)
+    topic = TopicCounters()
+    rig.ledger.accept(CAP // 2)  # a message in memory, charged half the cap
+    rig.spill(b"d1", b"d2")
+    rig.spooler.tick(NOW)
+    assert rig.replayer.replayed == []
+    assert not rig.store.is_empty  # written all the same
+    assert rig.replays == 0
+    record_size = len(records.encode(records.DATAGRAM, b"d1"))
+    rig.ledger.ack(topic, 1, CAP // 2)
+    rig.ledger.accept(CAP // 2 - record_size)  # room for one record's bytes
+    rig.spooler.tick(NOW)
+    assert rig.datagrams == [(b"d1", False)]
+    rig.ledger.ack(topic, 1, CAP // 2 - record_size)
+    rig.spooler.tick(NOW)
+    assert rig.datagrams == [(b"d1", False), (b"d2", False)]
+
+
+def test_replay_waits_out_an_outage_and_resumes_when_a_broker_is_reachable(
+    tmp_path: Path,
+) -> None:
+    rig = Rig(tmp_path)
+    rig.ledger.accept(100)  # a message waits in memory
+    rig.reachable = False
+    rig.spooler.tick(NOW)  # the outage starts
+    rig.spooler.tick(NOW + 10.0)  # ... and lasts: new messages go to disk
+    assert rig.policy.spilling
+    rig.spill(b"d1")
+    rig.ledger.discard("send_timeout", 1, 100, None)  # memory empties; the outage goes on
+    rig.spooler.tick(NOW + 20.0)
+    assert rig.replayer.replayed == []
+    rig.reachable = True
+    rig.spooler.tick(NOW + 21.0)
+    assert rig.datagrams == [(b"d1", False)]
+
+
+def test_at_start_one_chunk_comes_back_before_any_broker_is_reachable(tmp_path: Path) -> None:
+    """Replay is what opens the topics (and so the connections): with nothing in memory
+    there is no outage yet.  Once the replayed messages wait in memory with no broker
+    reachable, the outage holds the rest on disk."""
+    earlier_run(tmp_path, b"old1", b"old2", b"old3")
+    record_size = len(records.encode(records.DATAGRAM, b"old1"))
+    rig = Rig(tmp_path, cap=2 * record_size, into_memory=True)  # room for one record
+    rig.reachable = False
+    rig.spooler.tick(NOW)
+    assert rig.datagrams == [(b"old1", True)]
+    rig.spooler.tick(NOW + 1.0)
+    rig.spooler.tick(NOW + 60.0)
+    assert rig.datagrams == [(b"old1", True)]
+    rig.ledger.ack(TopicCounters(), 1, len(b"old1"))
+    rig.reachable = True
+    rig.spooler.tick(NOW + 61.0)
+    assert rig.datagrams == [(b"old1", True), (b"old2", True)]
+
+
+def test_stop_replaying_keeps_writing_but_replays_nothing(tmp_path: Path) -> None:
+    rig = Rig(tmp_path)
+    rig.spill(b"d1")
+    rig.spooler.stop_replaying()
+    rig.spooler.tick(NOW)
+    assert rig.replayer.replayed == []
+    assert not rig.store.is_empty
+
+
+def test_run_ticks_on_its_own_until_cancelled(tmp_path: Path) -> None:
+    async def test() -> None:
+        rig = Rig(tmp_path)
+        task = asyncio.get_running_loop().create_task(rig.spooler.run())
+        rig.spill(b"d1")
+        await until(lambda: rig.datagrams, "a tick")
+        assert rig.datagrams == [(b"d1", False)]
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(test())
+
+
+# -- shutdown --------------------------------------------------------------------------------
+
+
+def test_shutdown_writes_what_is_held_then_the_front_ahead_of_it(tmp_path: Path) -> None:
+    rig = Rig(tmp_path)
+    rig.spill(b"held")
+    front = [records.encode(records.DATAGRAM, b"in-memory")]
+    assert rig.spooler.shutdown(front)
+    rig.spooler.tick(NOW)  # stopping: nothing is replayed any more
+    assert rig.replayer.replayed == []
+    again = Rig(tmp_path)
+    again.spooler.tick(NOW)
+    assert again.datagrams == [(b"in-memory", True), (b"held", True)]
+
+
+def test_shutdown_without_room_for_the_front_says_so(tmp_path: Path) -> None:
+    front = [records.encode(records.DATAGRAM, b"x" * 100)]
+    rig = Rig(tmp_path, max_bytes=len(front[0]) - 1)
+    assert not rig.spooler.shutdown(front)
+    assert Rig(tmp_path).store.is_empty
+
+
+def test_a_failed_front_write_returns_false_and_the_store_is_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rig = Rig(tmp_path)
+    rig.spill(b"held")
+
+    def full_disk(front: list[bytes]) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(rig.store, "write_front", full_disk)
+    assert not rig.spooler.shutdown([records.encode(records.DATAGRAM, b"in-memory")])
+    again = Rig(tmp_path)
+    again.spooler.tick(NOW)
+    assert again.datagrams == [(b"held", True)]  # what was held is on disk all the same
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="SpoolStore.write_front leaves the front file behind when a write or fsync in it "
+    "fails; Spooler.shutdown returns False, so the server counts those messages as "
+    "discarded (shutdown), yet the next start replays them from that file",
+)
+def test_a_front_write_that_fails_midway_leaves_nothing_to_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rig = Rig(tmp_path, fsync="interval")
+    real_fsync = os.fsync
+
+    def fsync_failing_on_the_front(fd: int) -> None:
+        if Path(os.readlink(f"/proc/self/fd/{fd}")).name.endswith(".0front.spool"):
+            raise OSError(errno.EIO, "Input/output error")
+        real_fsync(fd)
+
+    monkeypatch.setattr(store_module.os, "fsync", fsync_failing_on_the_front)
+    front = [records.encode(records.DATAGRAM, b"in-memory")]
+    assert not rig.spooler.shutdown(front)
+    monkeypatch.undo()
+    again = Rig(tmp_path)
+    again.spooler.tick(NOW)
+    assert again.replayer.replayed == []  # discarded in the last run: not delivered now

@@ -1,0 +1,200 @@
+"""The daemon's parts import only downwards, and the README's module map is the real one.
+
+A part is a subpackage of ``pulsar_bruce`` (``route``, ``producer``, ...) or a
+top-level module (``server``, ``cli``).  ``LAYERS`` lists them in data-flow
+order from the bottom; a module may import from its own part and from parts
+listed before it only (within a layer too), so the dependency graph has no
+cycle.  Every import counts, including those under ``TYPE_CHECKING`` or inside
+functions.
+
+Run ``python tests/unit/daemon/test_architecture.py --write-readme`` after adding or
+renaming a module to regenerate the README's module map.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+PACKAGE = ROOT / "daemon" / "pulsar_bruce"
+README = ROOT / "README.md"
+
+#: Bottom first; within a layer, a part may import the parts before it.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("__init__", "reasons", "model"),  # leaves: shared data types and names
+    ("config",),  # options and their validation, no runtime module
+    ("frame", "parse"),  # Pulsar frames; Bruce datagrams and topic names
+    ("batch",),  # batch payloads and compression
+    ("connection",),  # broker connections, lookups, TLS, auth
+    ("producer",),  # one producer per partition: batches in flight, receipts
+    ("spool",),  # the disk overflow and the memory-or-disk policy
+    ("route",),  # intake, topics, routing, outcomes
+    ("input",),  # the datagram and stream sockets
+    ("metrics",),  # Prometheus, /status, the discard log
+    ("service",),  # systemd and logging
+    ("server", "cli", "__main__"),  # wiring and the command line
+)
+#: Pairs that the layer order would allow but that must not exist.
+FORBIDDEN = {("connection", "config")}
+
+LAYER_OF = {part: index for index, parts in enumerate(LAYERS) for part in parts}
+RANK = {part: rank for rank, part in enumerate(part for parts in LAYERS for part in parts)}
+ROLES = {
+    "__init__": "the version",
+    "reasons": "discard reasons",
+    "model": "shared data types: ledger, sealed batch, confirmations",
+    "config": "options, parsing, the configuration model",
+    "frame": "Pulsar framing and commands",
+    "parse": "Bruce datagram parser, topic names",
+    "batch": "batch payloads, compression",
+    "connection": "broker connections, lookups, TLS, auth",
+    "producer": "per-partition producers and their asyncio drivers",
+    "spool": "disk spool and the memory-or-disk policy",
+    "route": "the intake, topics, routing and outcomes",
+    "input": "datagram and stream sockets",
+    "metrics": "Prometheus, /status, discard log",
+    "service": "systemd, logging",
+    "server": "wiring, startup, shutdown",
+    "cli": "the command line",
+    "__main__": "python -m pulsar_bruce",
+}
+
+
+def part_of(module: str) -> str:
+    """``pulsar_bruce.route.intake`` -> ``route``; ``pulsar_bruce`` -> ``__init__``."""
+    pieces = module.split(".")
+    return pieces[1] if len(pieces) > 1 else "__init__"
+
+
+def module_name(path: Path) -> str:
+    relative = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(relative.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every ``pulsar_bruce`` name ``path`` imports (relative imports resolved):
+    ``from a.b import c`` gives ``a.b.c``, whether ``c`` is a module or a name in one."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    here = module_name(path)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {name for name in found if name == "pulsar_bruce" or name.startswith("pulsar_bruce.")}
+
+
+def source_files() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if not p.name.endswith("_pb2.py"))
+
+
+def part_edges() -> dict[tuple[str, str], str]:
+    """(importing part, imported part) -> one module that shows it."""
+    modules = {module_name(path) for path in source_files()}
+    edges: dict[tuple[str, str], str] = {}
+    for path in source_files():
+        source = part_of(module_name(path))
+        for target in imports_of(path):
+            if target not in modules and target.rpartition(".")[0] in modules:
+                target = target.rpartition(".")[0]  # ``from pkg.mod import name``
+            imported = part_of(target)
+            if imported != source:
+                edges.setdefault((source, imported), module_name(path))
+    return edges
+
+
+def test_every_part_has_a_layer() -> None:
+    parts = {part_of(module_name(path)) for path in source_files()}
+    assert parts <= set(LAYER_OF), f"add to LAYERS: {sorted(parts - set(LAYER_OF))}"
+
+
+def test_imports_only_point_down() -> None:
+    upward = [
+        f"{where} ({source}, layer {LAYER_OF[source]}) imports {target} (layer {LAYER_OF[target]})"
+        for (source, target), where in sorted(part_edges().items())
+        if RANK.get(target, 99) >= RANK.get(source, -1) or (source, target) in FORBIDDEN
+    ]
+    assert not upward, "imports that point up or sideways:\n" + "\n".join(upward)
+
+
+def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
+    """The AST walk finds plain, from-, relative and function-level imports."""
+    module = PACKAGE / "producer" / "driver.py"
+    assert "pulsar_bruce.connection.pool.ConnectionPool" in imports_of(module)
+    fake = tmp_path / "x.py"
+    fake.write_text("def f():\n    from pulsar_bruce.route import intake\n")
+    tree = ast.parse(fake.read_text())
+    names = {
+        f"{n.module}.{a.name}"
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom)
+        for a in n.names
+    }
+    assert names == {"pulsar_bruce.route.intake"}
+
+
+# -- the README's module map -----------------------------------------------------------
+
+_MAP_START = "<!-- module map: generated by tests/unit/daemon/test_architecture.py -->"
+_MAP_END = "<!-- end of module map -->"
+
+
+def _summary(path: Path) -> str:
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    first = doc.strip().split("\n\n", 1)[0].replace("\n", " ")
+    return re.sub(r"\s+", " ", first) or "(no docstring)"
+
+
+def module_map() -> str:
+    """The README list: top layer first, each part with its modules and their summaries."""
+    lines: list[str] = []
+    by_part: dict[str, list[Path]] = {}
+    for path in source_files():
+        by_part.setdefault(part_of(module_name(path)), []).append(path)
+    for index in range(len(LAYERS) - 1, -1, -1):
+        for part in LAYERS[index]:
+            files = [
+                p for p in by_part.get(part, []) if p.name != "__init__.py" or part == "__init__"
+            ]
+            if files:
+                lines.append(f"- **{part}** (layer {index + 1}): {ROLES.get(part, '')}")
+                lines += [
+                    f"  - `{p.relative_to(PACKAGE).as_posix()}`: {_summary(p)}" for p in files
+                ]
+    return "\n".join([_MAP_START, "", *lines, "", _MAP_END])
+
+
+def _readme_map() -> str | None:
+    text = README.read_text()
+    start, end = text.find(_MAP_START), text.find(_MAP_END)
+    return text[start : end + len(_MAP_END)] if start >= 0 and end > start else None
+
+
+def test_readme_module_map_is_current() -> None:
+    assert _readme_map() == module_map(), (
+        "README module map is stale: "
+        "run python tests/unit/daemon/test_architecture.py --write-readme"
+    )
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--write-readme"]:
+        current = _readme_map()
+        text = README.read_text()
+        if current is None:
+            raise SystemExit(f"README.md has no {_MAP_START} block")
+        README.write_text(text.replace(current, module_map()))
+    else:
+        print(module_map())
