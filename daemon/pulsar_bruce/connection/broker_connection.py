@@ -117,15 +117,18 @@ class BrokerConnection(asyncio.Protocol):
     def next_request_id(self) -> int:
         return self.core.next_request_id()
 
-    async def request(self, request_id: int, frame: bytes) -> pb.BaseCommand:
-        """Write a request frame and wait for the response carrying ``request_id``."""
+    async def request(
+        self, request_id: int, frame: bytes, timeout: float | None = None
+    ) -> pb.BaseCommand:
+        """Write a request frame and wait (``timeout``, default :data:`REQUEST_TIMEOUT_S`)
+        for the response carrying ``request_id``."""
         if not self.is_usable or self.transport is None:
             raise ConnectionClosedError(f"connection to {self.address} is not usable")
         future: asyncio.Future[pb.BaseCommand] = asyncio.get_running_loop().create_future()
         self._requests[request_id] = future
         self.transport.write(frame)
         try:
-            response = await asyncio.wait_for(future, REQUEST_TIMEOUT_S)
+            response = await asyncio.wait_for(future, timeout or REQUEST_TIMEOUT_S)
         finally:
             self._requests.pop(request_id, None)
         if response.type == _T.ERROR:
