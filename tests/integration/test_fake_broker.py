@@ -49,6 +49,14 @@ def send_values(daemon: Daemon, topic: str, values: list[bytes]) -> None:
             sender.send(topic, value)
 
 
+def send_alternating(daemon: Daemon, prefixes: dict[str, bytes], count: int) -> None:
+    """``count`` messages to each topic, taking turns: ``prefix + index`` as the value."""
+    with daemon.sender() as sender:
+        for i in range(count):
+            for topic, prefix in prefixes.items():
+                sender.send(topic, b"%s%d" % (prefix, i))
+
+
 def nonzero(discarded: dict[str, int]) -> dict[str, int]:
     return {reason: n for reason, n in discarded.items() if n}
 
@@ -433,10 +441,7 @@ def test_a_topic_refused_for_good_is_discarded_while_others_flow(fake_broker, st
     refused, fine = unique_topic("terminated"), unique_topic("fine")
     broker.refuse_producers[full_name(refused)] = pb.TopicTerminatedError
     daemon = start_daemon(broker.url, *FAST)
-    with daemon.sender() as sender:
-        for i in range(20):
-            sender.send(refused, b"r%d" % i)
-            sender.send(fine, b"f%d" % i)
+    send_alternating(daemon, {refused: b"r", fine: b"f"}, 20)
     counters = daemon.wait_settled(40)
     assert counters.acked == 20
     assert counters.discarded["broker_rejected"] == 20
@@ -508,10 +513,7 @@ def test_messages_for_a_topic_that_does_not_exist_are_discarded_not_kept(fake_br
     missing, fine = unique_topic("missing"), unique_topic("present")
     broker.refuse_metadata[full_name(missing)] = pb.TopicNotFound
     daemon = start_daemon(broker.url, *FAST)
-    with daemon.sender() as sender:
-        for i in range(5):
-            sender.send(missing, b"m%d" % i)
-            sender.send(fine, b"f%d" % i)
+    send_alternating(daemon, {missing: b"m", fine: b"f"}, 5)
     counters = daemon.wait_settled(10)
     assert counters.acked == 5 and counters.discarded["broker_rejected"] == 5
     assert "waiting messages discarded as broker_rejected" in daemon.log()
@@ -610,10 +612,7 @@ def test_a_terminated_topic_discards_each_message_once_while_others_flow(fake_br
     wait_for(lambda: acked(daemon, 2), 10, "the warm-up messages to be acked")
     broker.terminated.add(full_name(ended))
 
-    with daemon.sender() as sender:
-        for i in range(20):
-            sender.send(ended, b"e%d" % i)
-            sender.send(fine, b"f%d" % i)
+    send_alternating(daemon, {ended: b"e", fine: b"f"}, 20)
 
     counters = daemon.wait_settled(42)
     assert counters.acked == 22
