@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 
-from tests.support.fakebroker import FakeBroker, Lookup, LookupAnswer
+from tests.support.fakebroker import FakeBroker, Lookup, LookupAnswer, ProducerRequest, Sent
 from tests.support.processes import Daemon, wait_for
 
 pytestmark = pytest.mark.timeout(60)
@@ -48,6 +48,14 @@ def send_values(daemon: Daemon, topic: str, values: list[bytes]) -> None:
     with daemon.sender() as sender:
         for value in values:
             sender.send(topic, value)
+
+
+def send_alternating(daemon: Daemon, prefixes: dict[str, bytes], count: int) -> None:
+    """``count`` messages to each topic, taking turns: ``prefix + index`` as the value."""
+    with daemon.sender() as sender:
+        for i in range(count):
+            for topic, prefix in prefixes.items():
+                sender.send(topic, b"%s%d" % (prefix, i))
 
 
 def nonzero(discarded: dict[str, int]) -> dict[str, int]:
@@ -248,7 +256,9 @@ def test_dropped_connection_resends_unacknowledged_batches_first(fake_broker, st
     assert {s.producer_name for s in broker.sends()} == {name}
 
 
-def test_receipt_for_the_wrong_batch_drops_the_connection_and_resends(fake_broker, start_daemon):
+def test_receipt_for_the_wrong_batch_recreates_the_producer_and_resends(fake_broker, start_daemon):
+    """A receipt that matches no pending batch leaves the producer's state unknown: it is
+    closed and re-created on the same connection, and everything unconfirmed is resent."""
     broker = fake_broker()
     daemon = start_daemon(broker.url, *FAST)
     topic = unique_topic("wrong")
@@ -265,14 +275,21 @@ def test_receipt_for_the_wrong_batch_drops_the_connection_and_resends(fake_broke
     (wrong,) = [s for s in broker.sends() if s.receipt == "wrong"]
     assert counters.possible_duplicates >= wrong.num_messages
     assert "matches no pending batch" in daemon.log()
-    assert len(broker.connects()) == 2  # the daemon dropped the connection and came back
-    again = [s for s in broker.sends() if s.conn != wrong.conn]
-    assert (again[0].sequence_id, again[0].values) == (wrong.sequence_id, wrong.values)
-    delivered = [m.value for m in broker.messages() if m.conn != wrong.conn]
+    assert len(broker.connects()) == 1  # the connection stayed
+    assert [(c, p) for c, p in broker.closes()] == [(wrong.conn, wrong.producer_id)]
+    assert len(broker.producer_requests()) == 2
+    again = [s for s in broker.sends() if s.sequence_id == wrong.sequence_id]
+    assert [(s.values, s.receipt) for s in again] == [
+        (wrong.values, "wrong"),
+        (wrong.values, "sent"),
+    ]
+    delivered = {v for s in broker.sends() if s.receipt == "sent" for v in s.values}
     assert [v for v in values if v not in delivered] == []  # nothing skipped
 
 
-def test_transient_send_error_resends_on_a_new_connection(fake_broker, start_daemon):
+def test_transient_send_error_recreates_the_producer_and_resends(fake_broker, start_daemon):
+    """The Java client hands a transient SendError to the producer alone (ClientCnx
+    .handleSendError); we close and re-create it on the same connection and resend."""
     broker = fake_broker()
     daemon = start_daemon(broker.url, *FAST)
     topic = unique_topic("senderror")
@@ -287,9 +304,15 @@ def test_transient_send_error_resends_on_a_new_connection(fake_broker, start_dae
     assert counters.acked == 11
     assert nonzero(counters.discarded) == {}
     (failed,) = [s for s in broker.sends() if s.receipt == "error"]
-    again = [s for s in broker.sends() if s.conn != failed.conn]
-    assert (again[0].sequence_id, again[0].values) == (failed.sequence_id, failed.values)
-    assert counters.possible_duplicates >= failed.num_messages
+    assert failed.error_sequence_id == failed.highest_sequence_id
+    again = [s for s in broker.sends() if s.sequence_id == failed.sequence_id]
+    assert [(s.values, s.receipt) for s in again] == [
+        (failed.values, "error"),
+        (failed.values, "sent"),
+    ]
+    assert counters.possible_duplicates == failed.num_messages  # the batches behind it stood
+    assert len(broker.connects()) == 1
+    assert broker.closes() == [(failed.conn, failed.producer_id)]
 
 
 def test_permanent_send_error_discards_only_the_rejected_batch(fake_broker, start_daemon):
@@ -305,11 +328,12 @@ def test_permanent_send_error_discards_only_the_rejected_batch(fake_broker, star
 
     counters = daemon.wait_settled(11)
     (failed,) = [s for s in broker.sends() if s.receipt == "error"]
+    assert failed.error_sequence_id == failed.highest_sequence_id  # as the Java broker names it
     assert nonzero(counters.discarded) == {"broker_rejected": failed.num_messages}
     assert counters.acked == 11 - failed.num_messages
     assert counters.identity_holds()
-    later = [s for s in broker.sends() if s.conn != failed.conn]
-    assert all(s.sequence_id != failed.sequence_id for s in later)  # never sent again
+    again = [s for s in broker.sends() if s.sequence_id == failed.sequence_id]
+    assert again == [failed]  # never sent again
     confirmed = {v for s in broker.sends() if s.receipt == "sent" for v in s.values}
     assert confirmed.isdisjoint(failed.values)
     assert confirmed | set(failed.values) == {b"warm-up", *values}
@@ -382,7 +406,8 @@ def test_a_receipt_that_never_comes_makes_the_daemon_reconnect_and_resend(
     assert counters.acked == 1
     assert counters.possible_duplicates == 1
     assert "no receipt from" in daemon.log()
-    assert len(broker.producer_requests()) == 2  # re-created on a new connection
+    assert len(broker.producer_requests()) == 2  # re-created ...
+    assert len(broker.connects()) == 1  # ... on the same connection
 
 
 def test_a_partition_count_that_grows_is_picked_up(fake_broker, start_daemon):
@@ -417,10 +442,7 @@ def test_a_topic_refused_for_good_is_discarded_while_others_flow(fake_broker, st
     refused, fine = unique_topic("terminated"), unique_topic("fine")
     broker.refuse_producers[full_name(refused)] = pb.TopicTerminatedError
     daemon = start_daemon(broker.url, *FAST)
-    with daemon.sender() as sender:
-        for i in range(20):
-            sender.send(refused, b"r%d" % i)
-            sender.send(fine, b"f%d" % i)
+    send_alternating(daemon, {refused: b"r", fine: b"f"}, 20)
     counters = daemon.wait_settled(40)
     assert counters.acked == 20
     assert counters.discarded["broker_rejected"] == 20
@@ -487,17 +509,150 @@ def test_producer_names_are_ours_and_stable_across_restarts(fake_broker, start_d
     assert {s.producer_name for s in broker.sends()} == {"edge-7"}
 
 
-def test_messages_for_a_topic_that_does_not_exist_are_discarded_not_kept(
-    fake_broker, start_daemon
-):
+def test_messages_for_a_topic_that_does_not_exist_are_discarded_not_kept(fake_broker, start_daemon):
     broker = fake_broker()
     missing, fine = unique_topic("missing"), unique_topic("present")
     broker.refuse_metadata[full_name(missing)] = pb.TopicNotFound
     daemon = start_daemon(broker.url, *FAST)
-    with daemon.sender() as sender:
-        for i in range(5):
-            sender.send(missing, b"m%d" % i)
-            sender.send(fine, b"f%d" % i)
+    send_alternating(daemon, {missing: b"m", fine: b"f"}, 5)
     counters = daemon.wait_settled(10)
     assert counters.acked == 5 and counters.discarded["broker_rejected"] == 5
     assert "waiting messages discarded as broker_rejected" in daemon.log()
+
+
+# -- send errors, as the Java broker answers them -------------------------------------------------
+
+
+def test_a_failed_send_recreates_only_its_producer_on_the_shared_connection(
+    fake_broker, start_daemon
+):
+    """Two topics share one connection; one's batch fails with PersistenceError while the
+    other's batches wait for receipts (slow persisting).  The Java client re-creates just the
+    failed producer (ClientCnx.handleSendError: "don't close this ctx, otherwise it will close
+    all consumers and producers which use this ctx"); so do we, and the other topic resends
+    nothing: 0 possible duplicates there, its producer never re-created."""
+    broker = fake_broker()
+    daemon = start_daemon(broker.url, *FAST)
+    failing, bystander = unique_topic("failing"), unique_topic("bystander")
+    send_values(daemon, failing, [b"warm-up"])
+    send_values(daemon, bystander, [b"warm-up"])
+    wait_for(lambda: acked(daemon, 2), 10, "the warm-up messages to be acked")
+    waiting = [f"b-{i}".encode() for i in range(5)]
+    broker.hold_receipts(full_name(bystander))
+    send_values(daemon, bystander, waiting)
+
+    def held() -> list[Sent]:
+        return [s for s in broker.sends() if s.receipt == "held"]
+
+    def requests(topic: str) -> list[ProducerRequest]:
+        return [r for r in broker.producer_requests() if r.topic == full_name(topic)]
+
+    wait_for(lambda: sum(s.num_messages for s in held()) == 5, 10, "the bystander's sends")
+    broker.fail_sends(pb.PersistenceError, topic=full_name(failing))
+    send_values(daemon, failing, [f"f-{i}".encode() for i in range(5)])
+    wait_for(lambda: len(requests(failing)) == 2, 10, "the failed producer's re-creation")
+    assert broker.release_held_receipts() == len(held())
+
+    counters = daemon.wait_settled(12)
+    assert counters.acked == 12 and nonzero(counters.discarded) == {}
+    (failed,) = [s for s in broker.sends() if s.receipt == "error"]
+    assert failed.topic == full_name(failing)
+    assert counters.possible_duplicates == failed.num_messages  # all of them the failed batch's
+    bystander_sends = [s for s in broker.sends() if s.topic == full_name(bystander)]
+    assert [v for s in bystander_sends for v in s.values] == [b"warm-up", *waiting]  # once each
+    assert len(requests(bystander)) == 1
+    assert len(broker.connects()) == 1
+    assert broker.closes() == [(failed.conn, failed.producer_id)]
+
+
+def test_a_batch_over_the_topics_size_policy_is_discarded_exactly_once(fake_broker, start_daemon):
+    """A topic's max-message-size policy below the broker's: the broker accepts the frame, then
+    PersistentTopic.publishMessage fails the entry with NotAllowedException, answered with the
+    batch's highest sequence id (Producer.MessagePublishContext.completed).  That batch, and
+    only it, is discarded as broker_rejected, once; the producer stays as it is (the Java
+    client's ProducerImpl.recoverNotAllowedError)."""
+    broker = fake_broker()
+    topic = unique_topic("policy")
+    broker.topic_max_message_size[full_name(topic)] = 2000
+    daemon = start_daemon(
+        broker.url,
+        "--compression", "none",
+        "--batch-max-messages", "5",
+        "--batch-max-delay-ms", "5000",
+    )  # fmt: skip
+    small = [f"s-{i}".encode() for i in range(5)]
+    large = [bytes([65 + i]) * 500 for i in range(5)]  # 2.5 KB together
+    tail = [f"t-{i}".encode() for i in range(5)]
+
+    send_values(daemon, topic, small + large + tail)
+
+    counters = daemon.wait_settled(15)
+    assert nonzero(counters.discarded) == {"broker_rejected": 5}
+    assert counters.acked == 10 and counters.identity_holds()
+    first, failed, last = broker.sends()  # nothing written twice
+    assert (failed.values, failed.receipt, failed.error) == (
+        tuple(large),
+        "error",
+        pb.NotAllowedError,
+    )
+    assert failed.error_sequence_id == failed.highest_sequence_id == failed.sequence_id + 4
+    assert (first.values, last.values) == (tuple(small), tuple(tail))
+    assert broker.closes() == [] and len(broker.producer_requests()) == 1
+
+
+def test_a_terminated_topic_discards_each_message_once_while_others_flow(fake_broker, start_daemon):
+    """Every publish on a terminated topic fails with TopicTerminatedError and a new producer
+    is refused with it (Producer.MessagePublishContext.completed, ServerCnx.handleProducer).
+    Each message is discarded once as broker_rejected, none written twice; the other topic on
+    the connection keeps flowing."""
+    broker = fake_broker()
+    ended, fine = unique_topic("ended"), unique_topic("fine")
+    daemon = start_daemon(broker.url, *FAST)
+    send_values(daemon, ended, [b"warm-up"])
+    send_values(daemon, fine, [b"warm-up"])
+    wait_for(lambda: acked(daemon, 2), 10, "the warm-up messages to be acked")
+    broker.terminated.add(full_name(ended))
+
+    send_alternating(daemon, {ended: b"e", fine: b"f"}, 20)
+
+    counters = daemon.wait_settled(42)
+    assert counters.acked == 22
+    assert nonzero(counters.discarded) == {"broker_rejected": 20}
+    assert counters.identity_holds()
+    written = [v for s in broker.sends() if s.topic == full_name(ended) for v in s.values]
+    assert len(written) == len(set(written))  # none written twice
+    wait_for(lambda: "refused by the broker" in daemon.log(), 10, "the re-creation's refusal")
+    fine_requests = [r for r in broker.producer_requests() if r.topic == full_name(fine)]
+    assert len(fine_requests) == 1 and len(broker.connects()) == 1
+
+
+def test_a_producer_creation_timeout_closes_it_before_retrying(
+    fake_broker, start_daemon, tmp_path, monkeypatch
+):
+    """While a Producer request is still pending, the Java broker answers another one for the
+    same id with ServiceNotReady (ServerCnx.handleProducer), and closing it cancels it
+    (ServerCnx.handleCloseProducer).  So after a creation timeout the Java client
+    (ProducerImpl.connectionOpened) and the Go client (producer_partition.go grabCnx) send
+    CloseProducer for that id before retrying; so do we."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(
+        "from pulsar_bruce.connection import broker_connection\n"
+        "broker_connection.REQUEST_TIMEOUT_S = 0.5\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(inject))
+    broker = fake_broker()
+    broker.hold_producers()
+    daemon = start_daemon(broker.url, *FAST)
+
+    send_values(daemon, unique_topic("slow-create"), [b"patient"])
+    wait_for(lambda: len(broker.producer_requests()) >= 2, 10, "a retried Producer request")
+    broker.release_producers()
+
+    assert daemon.wait_settled(1).acked == 1
+    requests = broker.producer_requests()
+    creations = [c for c in broker.commands() if c in ("PRODUCER", "CLOSE_PRODUCER")]
+    assert creations == ["PRODUCER", "CLOSE_PRODUCER"] * (len(requests) - 1) + ["PRODUCER"]
+    assert {p for _, p in broker.closes()} == {requests[0].producer_id}
+    assert "ServiceNotReady" not in daemon.log()
+    assert len(broker.messages()) == 1

@@ -21,6 +21,24 @@ broker does (``ServerCnx.handleConnect``).
 It runs an asyncio TCP server on ``127.0.0.1`` in a background thread with its
 own event loop.  Everything it receives is recorded (thread-safely) for tests
 to inspect; the fault hooks are called from the test thread.
+
+Where pulsar-lite and the Java broker differ, it answers as the Java broker
+(pulsar-broker ``ServerCnx``, ``Producer``, ``PersistentTopic``) does:
+
+- a ``SendError`` names the batch by ``max(highest_sequence_id, sequence_id)``
+  (``Producer.checkAndStartPublish``, ``MessagePublishContext.completed``);
+- a batch over a topic's max-message-size policy fails with ``NotAllowedError``
+  (``PersistentTopic.publishMessage``); a terminated topic fails sends and
+  refuses producers with ``TopicTerminatedError``;
+- ``CloseProducer`` is answered once the producer's held receipts are out
+  (``Producer.close`` waits for pending publishes); closing a producer whose
+  creation is still pending cancels it (``ServerCnx.handleCloseProducer``);
+- a ``Producer`` for an id already on the connection gets the existing producer,
+  or ``ServiceNotReady`` while that one is still being created
+  (``ServerCnx.handleProducer``);
+- a ``Send`` for a producer id the connection does not have is a protocol
+  violation: recorded in :meth:`FakeBroker.errors` and the connection closed
+  (``ServerCnx.handleSend``), unless the broker itself closed that producer.
 """
 
 from __future__ import annotations
@@ -70,6 +88,16 @@ class _Conn:
         self.producers: dict[int, tuple[str, str]] = {}  # producer_id -> (topic, name)
         self.ready = False  # Connected sent (after any authentication)
         self.peer_cert: dict[str, Any] | None = None  # the client certificate, over TLS
+        #: producer_id -> request_id of its creation not answered yet; the request ids of
+        #: creations the client closed meanwhile (never answered).
+        self.creating: dict[int, int] = {}
+        self.cancelled: set[int] = set()
+        #: Producer ids the broker closed itself: their late sends are ignored.
+        self.closed_by_broker: set[int] = set()
+        #: Receipts withheld per producer id, in order (publishes still being persisted).
+        self.held: dict[int, list[pb.BaseCommand]] = {}
+        #: CloseProducer answers waiting for those receipts.
+        self.closing: dict[int, pb.BaseCommand] = {}
 
     def send(self, command: pb.BaseCommand) -> None:
         if not self.writer.is_closing():
@@ -111,6 +139,10 @@ class FakeBroker:
         #: Answer Connect with an AuthChallenge first (a multi-stage method's handshake).
         self.challenge = challenge
         self.accepted = 0  # TCP connections, before any TLS
+        #: topic -> its max-message-size policy: larger entries fail with NotAllowedError.
+        self.topic_max_message_size: dict[str, int] = {}
+        #: Terminated topics: sends fail and producers are refused with TopicTerminatedError.
+        self.terminated: set[str] = set()
         self.port = 0
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -124,6 +156,8 @@ class FakeBroker:
         self._swallow: int | None = 0  # sends whose receipt is withheld; None: until released
         self._wrong = 0  # sends answered with a receipt for the wrong sequence id
         self._errors_to_send: list[int] = []  # sends answered with SendError(code)
+        self._errors_topic: str | None = None  # ... only sends on this topic, when set
+        self._hold_topics: set[str] = set()  # topics whose receipts are held back
         self._producers_released: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         # records
@@ -131,6 +165,7 @@ class FakeBroker:
         self._connects: list[tuple[int, pb.CommandConnect]] = []
         self._lookups: list[Lookup] = []
         self._producer_requests: list[ProducerRequest] = []
+        self._closes: list[tuple[int, int]] = []  # (conn, producer_id) of client CloseProducers
         self._sends: list[Sent] = []
         self._messages: list[Message] = []
         self._errors: list[str] = []
@@ -204,10 +239,37 @@ class FakeBroker:
         with self._lock:
             self._wrong = count
 
-    def fail_sends(self, error: int, count: int = 1) -> None:
-        """Answer the next ``count`` sends with ``SendError(error)`` (a ``pb.ServerError``)."""
+    def fail_sends(self, error: int, count: int = 1, topic: str | None = None) -> None:
+        """Answer the next ``count`` sends (on ``topic`` only, if given) with
+        ``SendError(error)`` (a ``pb.ServerError``)."""
         with self._lock:
             self._errors_to_send = [error] * count
+            self._errors_topic = topic
+
+    def hold_receipts(self, topic: str) -> None:
+        """Withhold the receipts of ``topic``'s sends (as if persisting were slow) until
+        :meth:`release_held_receipts`; errors are still answered at once."""
+        with self._lock:
+            self._hold_topics.add(topic)
+
+    def release_held_receipts(self) -> int:
+        """Send every held receipt, in order, then the CloseProducer answers that waited
+        for them; returns how many receipts."""
+
+        async def release() -> int:
+            with self._lock:
+                self._hold_topics.clear()
+            released = 0
+            for conn in self._conns.values():
+                for producer_id, receipts in list(conn.held.items()):
+                    for receipt in receipts:
+                        conn.send(receipt)
+                    released += len(receipts)
+                    del conn.held[producer_id]
+                    self._finish_close(conn, producer_id)
+            return released
+
+        return int(self._call(release()))
 
     def hold_producers(self) -> None:
         """Leave Producer requests unanswered until :meth:`release_producers`."""
@@ -238,6 +300,7 @@ class FakeBroker:
                 for producer_id, (producer_topic, _) in list(conn.producers.items()):
                     if producer_topic == topic:
                         del conn.producers[producer_id]
+                        conn.closed_by_broker.add(producer_id)
                         conn.send(_close_producer(producer_id, assigned_url))
                         closed += 1
             return closed
@@ -329,6 +392,11 @@ class FakeBroker:
     def producer_requests(self) -> list[ProducerRequest]:
         with self._lock:
             return list(self._producer_requests)
+
+    def closes(self) -> list[tuple[int, int]]:
+        """``(conn, producer_id)`` of every CloseProducer the client sent."""
+        with self._lock:
+            return list(self._closes)
 
     def sends(self) -> list[Sent]:
         with self._lock:
@@ -487,17 +555,12 @@ class FakeBroker:
                 answer.message = "refused by the fake broker"
         elif kind == _T.LOOKUP:
             reply = self._lookup_reply(conn, command.lookupTopic)
-        elif kind == _T.PRODUCER:  # answered by a task: it may be held
-            task = asyncio.get_running_loop().create_task(
-                self._producer_reply(conn, copy_message(command.producer))
-            )
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        elif kind == _T.PRODUCER:
+            self._on_producer(conn, copy_message(command.producer))
             return True
         elif kind == _T.CLOSE_PRODUCER:
-            conn.producers.pop(command.close_producer.producer_id, None)
-            reply = _T(type=_T.SUCCESS)
-            reply.success.request_id = command.close_producer.request_id
+            self._on_close_producer(conn, command.close_producer)
+            return True
         elif kind == _T.SEND:
             self._on_send(conn, frame)
             return True
@@ -534,32 +597,76 @@ class FakeBroker:
         response.proxy_through_service_url = answer.proxy_through_service_url
         return reply
 
-    async def _producer_reply(self, conn: _Conn, request: pb.CommandProducer) -> None:
-        assert self._producers_released is not None
+    def _on_producer(self, conn: _Conn, request: pb.CommandProducer) -> None:
+        producer_id = request.producer_id
         requested = request.producer_name if request.HasField("producer_name") else None
-        name = requested or f"fake-{self.port}-{next(self._names)}"
+        existing = conn.producers.get(producer_id)
+        name = existing[1] if existing else requested or f"fake-{self.port}-{next(self._names)}"
         with self._lock:
             self._producer_requests.append(
-                ProducerRequest(conn.id, request.topic, request.producer_id, requested, name)
+                ProducerRequest(conn.id, request.topic, producer_id, requested, name)
             )
+        if producer_id in conn.creating:  # ServerCnx.handleProducer: an earlier one is pending
+            conn.send(_error(request.request_id, pb.ServiceNotReady, "Producer is already present"))
+        elif existing is not None:  # ... or done: the client gets that producer, not a new one
+            conn.send(self._producer_success(request.request_id, name, -1))
+        else:  # answered by a task: it may be held
+            conn.creating[producer_id] = request.request_id
+            task = asyncio.get_running_loop().create_task(
+                self._create_producer(conn, request, name)
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _create_producer(self, conn: _Conn, request: pb.CommandProducer, name: str) -> None:
+        assert self._producers_released is not None
         await self._producers_released.wait()
+        producer_id = request.producer_id
+        if request.request_id in conn.cancelled:  # closed by the client while pending: no answer
+            conn.cancelled.discard(request.request_id)
+            return
         if request.topic in self._migrated:
-            self._send_migrated(conn, request.producer_id, request.topic)
+            del conn.creating[producer_id]
+            self._send_migrated(conn, producer_id, request.topic)
             return
+        del conn.creating[producer_id]
         refusal = self.refuse_producers.get(request.topic)
+        if refusal is None and request.topic in self.terminated:
+            refusal = pb.TopicTerminatedError
         if refusal is not None:
-            error = _T(type=_T.ERROR)
-            error.error.request_id = request.request_id
-            error.error.error = refusal  # type: ignore[assignment]
-            error.error.message = "refused by the fake broker"
-            conn.send(error)
+            conn.send(_error(request.request_id, refusal, "refused by the fake broker"))
             return
-        conn.producers[request.producer_id] = (request.topic, name)
+        conn.producers[producer_id] = (request.topic, name)
+        conn.closed_by_broker.discard(producer_id)
+        conn.send(self._producer_success(request.request_id, name, self.last_sequence_id))
+
+    @staticmethod
+    def _producer_success(request_id: int, name: str, last_sequence_id: int) -> pb.BaseCommand:
         reply = _T(type=_T.PRODUCER_SUCCESS)
-        reply.producer_success.request_id = request.request_id
+        reply.producer_success.request_id = request_id
         reply.producer_success.producer_name = name
-        reply.producer_success.last_sequence_id = self.last_sequence_id
+        reply.producer_success.last_sequence_id = last_sequence_id
+        return reply
+
+    def _on_close_producer(self, conn: _Conn, request: pb.CommandCloseProducer) -> None:
+        producer_id = request.producer_id
+        with self._lock:
+            self._closes.append((conn.id, producer_id))
+        reply = _T(type=_T.SUCCESS)
+        reply.success.request_id = request.request_id
+        if producer_id in conn.creating:
+            conn.cancelled.add(conn.creating.pop(producer_id))
+        if conn.held.get(producer_id) and producer_id in conn.producers:
+            conn.closing[producer_id] = reply  # answered when its held receipts are out
+            return
+        conn.producers.pop(producer_id, None)
         conn.send(reply)
+
+    def _finish_close(self, conn: _Conn, producer_id: int) -> None:
+        reply = conn.closing.pop(producer_id, None)
+        if reply is not None:
+            conn.producers.pop(producer_id, None)
+            conn.send(reply)
 
     def _on_send(self, conn: _Conn, frame: Frame) -> None:
         send = frame.command.send
@@ -568,13 +675,28 @@ class FakeBroker:
         assert md.sequence_id == send.sequence_id, "metadata and command disagree"
         assert md.highest_sequence_id == send.highest_sequence_id
         assert md.num_messages_in_batch == send.num_messages
-        topic, _ = conn.producers.get(send.producer_id, ("?", "?"))
+        producer = conn.producers.get(send.producer_id)
+        if producer is None:
+            if send.producer_id not in conn.closed_by_broker:
+                with self._lock:
+                    self._errors.append(
+                        f"connection {conn.id}: Send for producer {send.producer_id}, "
+                        "which is not ready on this connection"
+                    )
+                conn.writer.transport.abort()
+            return
+        topic = producer[0]
         entries = decode_batch(frame)
         error = None
         with self._lock:
-            if self._errors_to_send:
-                error = self._errors_to_send.pop()
-                outcome = "error"
+            if send.producer_id in conn.closing:
+                error, outcome = pb.PersistenceError, "error"  # "Producer is closed"
+            elif topic in self.terminated:
+                error, outcome = pb.TopicTerminatedError, "error"
+            elif _entry_size(frame) > self.topic_max_message_size.get(topic, _UNLIMITED):
+                error, outcome = pb.NotAllowedError, "error"
+            elif self._errors_to_send and self._errors_topic in (None, topic):
+                error, outcome = self._errors_to_send.pop(), "error"
             elif self._wrong:
                 self._wrong -= 1
                 outcome = "wrong"
@@ -582,8 +704,16 @@ class FakeBroker:
                 if self._swallow is not None:
                     self._swallow -= 1
                 outcome = "swallowed"
+            elif topic in self._hold_topics:
+                outcome = "held"
             else:
                 outcome = "sent"
+            # ServerCnx.handleSend takes the (lowest, highest) path when highest >= lowest;
+            # errors then name the highest id, else the only one.
+            batch_path = send.HasField("highest_sequence_id") and (
+                send.sequence_id <= send.highest_sequence_id
+            )
+            error_id = send.highest_sequence_id if batch_path else send.sequence_id
             self._sends.append(
                 Sent(
                     conn.id,
@@ -595,6 +725,8 @@ class FakeBroker:
                     send.num_messages,
                     tuple(value for _, value in entries),
                     outcome,
+                    error,
+                    error_id if error is not None else None,
                 )
             )
             self._messages.extend(
@@ -606,7 +738,7 @@ class FakeBroker:
         if error is not None:
             reply = _T(type=_T.SEND_ERROR)
             reply.send_error.producer_id = send.producer_id
-            reply.send_error.sequence_id = send.sequence_id
+            reply.send_error.sequence_id = error_id
             reply.send_error.error = error  # type: ignore[assignment]
             reply.send_error.message = "scripted by the fake broker"
             conn.send(reply)
@@ -621,6 +753,9 @@ class FakeBroker:
             receipt.highest_sequence_id = send.highest_sequence_id + send.num_messages
         receipt.message_id.ledgerId = 1
         receipt.message_id.entryId = next(self._entry_ids)
+        if outcome == "held":
+            conn.held.setdefault(send.producer_id, []).append(reply)
+            return
         conn.send(reply)
 
 
@@ -642,3 +777,22 @@ def _challenge() -> pb.BaseCommand:
     command.authChallenge.challenge.auth_data = b"refresh"
     command.authChallenge.protocol_version = pb.v20
     return command
+
+
+_UNLIMITED = 1 << 62
+
+
+def _entry_size(frame: Frame) -> int:
+    """What ``PersistentTopic.isExceedMaximumMessageSize`` measures: the entry after the
+    command (magic, checksum, metadata size, metadata, payload)."""
+    assert frame.metadata is not None
+    return 2 + 4 + 4 + frame.metadata.ByteSize() + len(frame.payload)
+
+
+def _error(request_id: int, error: int, message: str) -> pb.BaseCommand:
+    reply = _T(type=_T.ERROR)
+    reply.error.request_id = request_id
+    reply.error.error = error  # type: ignore[assignment]
+    reply.error.message = message
+    return reply
+

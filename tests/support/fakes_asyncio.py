@@ -129,7 +129,12 @@ class FakeBrokerConnection:
         return next(self._request_ids)
 
     async def request(
-        self, request_id: int, frame: bytes, *, producer_id: int | None = None
+        self,
+        request_id: int,
+        frame: bytes,
+        *,
+        producer_id: int | None = None,
+        timeout: float | None = None,
     ) -> pb.BaseCommand:
         if self.closed:
             raise ConnectionClosedError("fake connection is closed")
@@ -139,6 +144,10 @@ class FakeBrokerConnection:
         await asyncio.sleep(0)  # the answer comes on a later turn, as from a broker
         if self.errors:
             raise self.errors.popleft()
+        if command.type == _T.CLOSE_PRODUCER:  # the broker closes it and says so
+            closed = pb.BaseCommand(type=_T.SUCCESS)
+            closed.success.request_id = request_id
+            return closed
         assert command.type == _T.PRODUCER, command
         response = pb.BaseCommand(type=_T.PRODUCER_SUCCESS)
         success = response.producer_success

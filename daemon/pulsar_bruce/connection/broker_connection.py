@@ -140,9 +140,15 @@ class BrokerConnection(asyncio.Protocol):
         return self.core.next_request_id()
 
     async def request(
-        self, request_id: int, frame: bytes, *, producer_id: int | None = None
+        self,
+        request_id: int,
+        frame: bytes,
+        *,
+        producer_id: int | None = None,
+        timeout: float | None = None,
     ) -> pb.BaseCommand:
-        """Write a request frame and wait for the response carrying ``request_id``.
+        """Write a request frame and wait (``timeout``, default :data:`REQUEST_TIMEOUT_S`)
+        for the response carrying ``request_id``.
 
         ``producer_id``: the request creates that producer; a CloseProducer for it
         fails the request at once (the Java broker answers nothing else then).
@@ -155,7 +161,7 @@ class BrokerConnection(asyncio.Protocol):
             self._creating[producer_id] = request_id
         self.transport.write(frame)
         try:
-            response = await asyncio.wait_for(future, REQUEST_TIMEOUT_S)
+            response = await asyncio.wait_for(future, timeout or REQUEST_TIMEOUT_S)
         finally:
             self._requests.pop(request_id, None)
             if producer_id is not None and self._creating.get(producer_id) == request_id:

@@ -8,6 +8,13 @@ the producer, and start over after an exponential backoff.  Where the broker
 says where to go next, go there: a CloseProducer naming the assigned broker
 is followed at once without a lookup; after a TopicMigrated, lookups go to
 the new cluster's service URL.
+
+A failed send, an overdue or a mismatched receipt concerns this producer only:
+it is closed and re-created on the shared connection (``CloseProducer``, then
+``Producer`` with the same name and the next epoch), as the Java client
+re-creates just the producer after a failed send (``ClientCnx.handleSendError``);
+the other producers on that connection go on.  Only connection-level failures
+(I/O errors, keep-alive silence, bad framing) drop the connection.
 """
 
 from __future__ import annotations
@@ -26,10 +33,9 @@ from pulsar_bruce.connection.broker_connection import (
 from pulsar_bruce.connection.pool import BrokerAddress, ConnectionPool, TopicLookupError
 from pulsar_bruce.frame import commands
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
-from pulsar_bruce.frame.codec import FrameError, decode_frame_body
 from pulsar_bruce.producer.backoff import Backoff
 from pulsar_bruce.producer.delivery import DeliveryListener, DeliveryPolicy
-from pulsar_bruce.producer.faults import error_name, is_permanent
+from pulsar_bruce.producer.faults import error_name, frame_intact, is_permanent
 from pulsar_bruce.producer.partition_producer import PartitionProducer, ReceiptMatch
 
 log = logging.getLogger(__name__)
@@ -63,6 +69,8 @@ class ProducerDriver:
         self._expiry_check: asyncio.TimerHandle | None = None
         #: Set while the broker refuses this producer for good (a ServerError name).
         self.rejected: str | None = None
+        #: Why the producer is being closed and re-created on its connection (None: it is not).
+        self._recreating: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._backoff = Backoff()
         self._loop = asyncio.get_running_loop()
@@ -115,6 +123,8 @@ class ProducerDriver:
                 await asyncio.sleep(delay)
                 continue
             await self._lost.wait()
+            if self._recreating is not None:
+                await self._close_producer()
             self._disconnect()
             delay = self._retry_delay()
             log.info("producer for %s reconnecting in %.2f s", producer.topic, delay)
@@ -149,8 +159,10 @@ class ProducerDriver:
                 ),
                 producer_id=producer.producer_id,
             )
-        except BaseException:
+        except BaseException as exc:
             connection.unregister_producer(producer.producer_id)
+            if isinstance(exc, TimeoutError):
+                self._forget_producer(connection)
             raise
         if self._lost.is_set():
             raise ConnectionClosedError("connection lost while creating the producer")
@@ -172,6 +184,56 @@ class ProducerDriver:
             len(producer.pending),
         )
         self.flush()
+
+    def _forget_producer(self, connection: BrokerConnection) -> None:
+        """Creating the producer timed out, but the broker may still create it, and would then
+        answer the next attempt with that one or ``ServiceNotReady`` (``ServerCnx.handleProducer``):
+        close it first, as the Java (``ProducerImpl.connectionOpened``) and Go (``grabCnx``)
+        clients do."""
+        log.warning(
+            "%s: producer creation timed out; closing it on the broker", self.producer.topic
+        )
+        connection.write(
+            commands.close_producer(self.producer.producer_id, connection.next_request_id())
+        )
+
+    def _recreate(self, reason: str) -> None:
+        """Close and re-create this producer on its connection; the connection stays up."""
+        if self.connection is None or self._lost.is_set():
+            return  # already being re-created or reconnected
+        log.warning("%s: %s; re-creating the producer", self.producer.topic, reason)
+        self._recreating = reason
+        self.producer.pause()
+        self._lost.set()
+
+    async def _close_producer(self) -> None:
+        """Close our producer on the broker before re-creating it.
+
+        The Java broker answers ``CloseProducer`` once every send already
+        written has its receipt or error (``ServerCnx.handleCloseProducer``,
+        ``Producer.close``), and those still count meanwhile.  A broker that
+        does not answer within ``receipt_timeout_s`` is not trusted with the
+        connection any longer.
+        """
+        reason, self._recreating = self._recreating, None
+        connection = self.connection
+        if connection is None:
+            return  # the connection went away meanwhile; a reconnect follows
+        producer_id = self.producer.producer_id
+        request_id = connection.next_request_id()
+        try:
+            await connection.request(
+                request_id,
+                commands.close_producer(producer_id, request_id),
+                timeout=self.receipt_timeout_s,
+            )
+        except ConnectionClosedError:
+            return
+        except (TimeoutError, ServerError) as exc:
+            connection.abort(
+                f"closing the producer for {self.producer.topic} ({reason}) failed: "
+                f"{exc or 'no answer'}"
+            )
 
     def _disconnect(self) -> None:
         if self.connection is not None:
@@ -277,17 +339,15 @@ class ProducerDriver:
             self.listener.batch_discarded(batch, reason)
 
     def _check_receipts(self) -> None:
-        """A receipt overdue by ``receipt_timeout_s`` means the connection is not trustworthy:
-        drop it, so everything unconfirmed is resent (never left waiting forever)."""
+        """A receipt overdue by ``receipt_timeout_s`` means the producer's state on the broker is
+        unknown: re-create it, so everything unconfirmed is resent (never left waiting forever)."""
         self._receipt_check = None
         producer = self.producer
-        if not producer.in_flight or self.connection is None:
+        if not producer.in_flight or self.connection is None or self._lost.is_set():
             return
         waited = time.monotonic() - producer.pending[0].sent_at
         if waited >= self.receipt_timeout_s:
-            self.connection.abort(
-                f"no receipt from {producer.topic} for {waited:.0f} s; resending unconfirmed"
-            )
+            self._recreate(f"no receipt from {producer.topic} for {waited:.0f} s")
         else:
             self._receipt_check = self._loop.call_later(
                 self.receipt_timeout_s - waited, self._check_receipts
@@ -299,46 +359,51 @@ class ProducerDriver:
         match, batch = self.producer.on_receipt(receipt.sequence_id)
         if batch is not None:
             self.listener.batch_acked(batch, time.monotonic() - batch.sent_at)
-        elif match is ReceiptMatch.MISMATCH and self.connection is not None:
-            self.connection.abort(
-                f"receipt for sequence id {receipt.sequence_id} of {self.producer.topic} "
-                "matches no pending batch"
+        elif match is ReceiptMatch.MISMATCH:
+            self._recreate(
+                f"receipt for sequence id {receipt.sequence_id} matches no pending batch"
             )
 
     def on_send_error(self, error: pb.CommandSendError) -> None:
-        """A permanent error rejects the batch it names; any error resends the rest afresh.
+        """The broker failed the batch whose id range holds ``error.sequence_id``.
 
-        ``ChecksumError``: if our own copy of the batch is corrupt it is discarded
-        as ``broker_rejected``; if it is intact the corruption was on the way, resend.
+        The Java broker names a failed batch by its highest sequence id
+        (``Producer.checkAndStartPublish``, ``MessagePublishContext.completed``).
+        A permanent error, or a ``ChecksumError`` on a copy of ours that is
+        corrupt, discards exactly that batch as ``broker_rejected``; anything
+        else re-creates the producer and resends.  ``NotAllowed`` (the batch is
+        over the topic's size limit) leaves the producer as it is, like the
+        Java client's ``recoverNotAllowedError``; other permanent errors concern
+        the topic, so the producer is re-created and the broker's refusal of
+        it discards the rest at once.
         """
+        producer = self.producer
         name = error_name(error.error)
-        rejected = None
+        where = f"{producer.topic} (sequence id {error.sequence_id})"
+        batch = producer.in_flight_batch(error.sequence_id)
+        if batch is None:
+            if 0 <= error.sequence_id < producer.next_sequence_id:
+                log.info("send error on %s: %s for a batch no longer pending", where, name)
+            else:
+                self._recreate(f"{name} for sequence id {error.sequence_id}, never sent")
+            return
         if is_permanent(error.error) or (
-            error.error == pb.ChecksumError and not self._head_frame_intact(error.sequence_id)
+            error.error == pb.ChecksumError and not frame_intact(batch.frame)
         ):
-            rejected = self.producer.reject_head(error.sequence_id)
-        if rejected is not None:
-            self.listener.batch_discarded(rejected, reasons.BROKER_REJECTED)
-        log.warning(
-            "send error on %s (sequence id %d): %s %s; %s",
-            self.producer.topic,
-            error.sequence_id,
-            name,
-            error.message,
-            f"{rejected.count} messages discarded" if rejected else "will resend",
-        )
-        if self.connection is not None:
-            self.connection.abort(f"{name}; resending the rest on a new connection")
-
-    def _head_frame_intact(self, sequence_id: int) -> bool:
-        pending = self.producer.pending
-        if not pending or pending[0].sequence_id != sequence_id:
-            return True
-        try:
-            decode_frame_body(pending[0].frame[4:])
-        except FrameError:
-            return False
-        return True
+            producer.reject(error.sequence_id)
+            self.listener.batch_discarded(batch, reasons.BROKER_REJECTED)
+            log.warning(
+                "send error on %s: %s %s; %d messages discarded as broker_rejected",
+                where,
+                name,
+                error.message,
+                batch.count,
+            )
+            if is_permanent(error.error) and error.error != pb.NotAllowedError:
+                self._recreate(name)
+            return
+        log.warning("send error on %s: %s %s; will resend", where, name, error.message)
+        self._recreate(name)
 
     def on_close_producer(self, assigned_url: str | None = None) -> None:
         if assigned_url is not None:

@@ -3,7 +3,8 @@
 Retriable (``ServiceNotReady``, ``TooManyRequests``, ``PersistenceError``,
 ``ProducerBusy``, failed lookups, ...): back off, look up again, resend.
 Permanent (the topic is terminated or missing, we are not allowed, another
-producer fenced us): the affected messages are discarded as
+producer fenced us), and a ``ChecksumError`` on a batch whose own copy is
+corrupt (:func:`frame_intact`): the affected messages are discarded as
 ``broker_rejected`` and the topic is retried with backoff, while every other
 topic keeps flowing.
 """
@@ -11,6 +12,7 @@ topic keeps flowing.
 from __future__ import annotations
 
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
+from pulsar_bruce.frame.codec import FrameError, decode_frame_body
 
 PERMANENT_ERRORS = frozenset(
     {
@@ -35,3 +37,13 @@ def error_name(error: int | None) -> str:
     if error is None:
         return "no error code"
     return pb.ServerError.Name(error) if error in pb.ServerError.values() else str(error)
+
+
+def frame_intact(frame: bytes) -> bool:
+    """Whether our own copy of a Send frame still decodes (its checksum holds): after a
+    ``ChecksumError`` an intact batch is resent, a corrupt one cannot be cured."""
+    try:
+        decode_frame_body(frame[4:])
+    except FrameError:
+        return False
+    return True

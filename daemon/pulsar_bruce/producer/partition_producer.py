@@ -3,8 +3,10 @@
 Modelled on pulsar-client-go's ``producer_partition.go``: sealed batches wait
 in one FIFO (``pending``); the first ``in_flight`` of them have been written to
 the current connection.  Receipts must match the head of the FIFO.  When the
-connection goes away every pending batch is written again, in order, before
-anything new (and counted as a possible duplicate if it had been sent before).
+connection goes away, or the producer is closed and re-created, every pending
+batch is written again, in order, before anything new (and counted as a
+possible duplicate if it had been sent before).  A broker error names a batch by
+its highest sequence id, so errors are matched by id range, anywhere in flight.
 
 Sequence ids are given to a batch the first time it is sent (the producer name
 and the broker's ``last_sequence_id`` are only known then) and never change, so
@@ -54,9 +56,10 @@ class Outgoing:
 
 class ReceiptMatch(Enum):
     ACKED = "acked"
-    #: A receipt for a batch we already consider done (an old duplicate): ignore it.
+    #: A receipt for a batch we already consider done (an old duplicate), or one that
+    #: comes while the producer is being closed anyway: ignore it.
     STALE = "stale"
-    #: A receipt that matches nothing we expect: the connection state is unknown, reconnect.
+    #: A receipt that matches nothing we expect: the producer's state is unknown, re-create it.
     MISMATCH = "mismatch"
 
 
@@ -65,6 +68,7 @@ class PartitionProducer:
 
     __slots__ = (
         "batch",
+        "closing",
         "in_flight",
         "max_batch_bytes",
         "max_message_size",
@@ -88,6 +92,8 @@ class PartitionProducer:
         self.pending: deque[SealedBatch] = deque()
         self.in_flight = 0
         self.ready = False
+        #: Being closed on the broker (to be re-created): nothing is written, receipts still count.
+        self.closing = False
         self.name: str | None = None
         #: True when ``name`` is ours (stable across restarts), not the broker's choice.
         self.name_is_ours = False
@@ -122,6 +128,7 @@ class PartitionProducer:
         if last_sequence_id + 1 > self.next_sequence_id:
             self.next_sequence_id = last_sequence_id + 1
         self.ready = True
+        self.closing = False
         self.in_flight = 0
 
     def set_policy(self, policy: BatchPolicy) -> None:
@@ -132,7 +139,14 @@ class PartitionProducer:
     def on_disconnected(self) -> None:
         """The connection (or the broker's producer) is gone; everything pending goes again."""
         self.ready = False
+        self.closing = False
         self.in_flight = 0
+
+    def pause(self) -> None:
+        """The producer is being closed on its connection: write nothing more until it is
+        re-created, but take the receipts the broker still sends for what was written."""
+        self.ready = False
+        self.closing = True
 
     def frames_to_send(
         self,
@@ -213,7 +227,12 @@ class PartitionProducer:
     # -- receipts -------------------------------------------------------------
 
     def on_receipt(self, sequence_id: int) -> tuple[ReceiptMatch, SealedBatch | None]:
-        """Match a ``SendReceipt`` against the head of the in-flight queue."""
+        """Match a ``SendReceipt`` (it carries the batch's lowest id) against the in-flight queue.
+
+        Receipts come in order, so normally only the head can match.  While the
+        producer is closing, after the broker failed one batch, the batches
+        behind it may still be confirmed: any in-flight batch can match then.
+        """
         if self.in_flight == 0:
             # A receipt for a batch we gave up (send timeout) is old news, not a mismatch.
             stale = 0 <= sequence_id < self.next_sequence_id
@@ -225,14 +244,42 @@ class PartitionProducer:
             return ReceiptMatch.ACKED, head
         if sequence_id < head.sequence_id:
             return ReceiptMatch.STALE, None
-        return ReceiptMatch.MISMATCH, None
+        if not self.closing:
+            return ReceiptMatch.MISMATCH, None
+        index = self._in_flight_index(sequence_id)
+        if index is None or self.pending[index].sequence_id != sequence_id:
+            return ReceiptMatch.STALE, None
+        return ReceiptMatch.ACKED, self._remove_in_flight(index)
 
-    def reject_head(self, sequence_id: int) -> SealedBatch | None:
-        """Remove the in-flight head batch if it is the one ``sequence_id`` names."""
-        if self.in_flight and self.pending[0].sequence_id == sequence_id:
-            self.in_flight -= 1
-            return self.pending.popleft()
+    def in_flight_batch(self, sequence_id: int) -> SealedBatch | None:
+        """The in-flight batch whose sequence id range contains ``sequence_id``, if any."""
+        index = self._in_flight_index(sequence_id)
+        return None if index is None else self.pending[index]
+
+    def reject(self, sequence_id: int) -> SealedBatch | None:
+        """Remove the in-flight batch a ``SendError`` names.
+
+        The Java broker answers a failed batch with ``max(highest_sequence_id,
+        sequence_id)``, so the id is matched against each batch's range.
+        """
+        index = self._in_flight_index(sequence_id)
+        return None if index is None else self._remove_in_flight(index)
+
+    def _in_flight_index(self, sequence_id: int) -> int | None:
+        pending = self.pending
+        for index in range(self.in_flight):
+            batch = pending[index]
+            if batch.sequence_id <= sequence_id <= batch.highest_sequence_id:
+                return index
+            if sequence_id < batch.sequence_id:
+                return None  # ids rise along the queue
         return None
+
+    def _remove_in_flight(self, index: int) -> SealedBatch:
+        batch = self.pending[index]
+        del self.pending[index]
+        self.in_flight -= 1
+        return batch
 
     def expire(self, deadline: float) -> list[SealedBatch]:
         """Remove the batches (oldest first) created before ``deadline``: their send timed out."""

@@ -362,21 +362,99 @@ def test_batch_exactly_at_the_frame_limit_is_sent() -> None:
     assert len(out.frames) == 1
 
 
-def test_reject_head_removes_the_named_in_flight_batch() -> None:
-    producer = sent_producer(2, 3)
-    assert producer.reject_head(12) is None  # not the head
-    batch = producer.reject_head(10)
-    assert batch is not None
-    assert batch.count == 2
+# -- send errors name a batch by its id range ---------------------------------------------------
+
+
+@pytest.mark.parametrize("named", [10, 11])
+def test_reject_takes_the_batch_whose_range_holds_the_id(named: int) -> None:
+    """The Java broker answers a failed batch with max(highest_sequence_id, sequence_id)
+    (pulsar-broker Producer.java, MessagePublishContext.completed and checkAndStartPublish):
+    for a batch of ids 10..11 that is 11, which must name the batch as surely as 10."""
+    producer = sent_producer(2, 3)  # ids 10..11, 12..14
+    batch = producer.reject(named)
+    assert batch is not None and (batch.sequence_id, batch.count) == (10, 2)
     assert producer.in_flight == 1
     assert producer.on_receipt(12)[0] is ReceiptMatch.ACKED
 
 
-def test_reject_head_with_nothing_in_flight_does_nothing() -> None:
+def test_reject_takes_a_batch_behind_the_head() -> None:
+    """A batch over the topic's size limit fails at once (PersistentTopic.publishMessage),
+    while the one before it may still be persisting: the error names a later batch."""
+    producer = sent_producer(2, 3, 1)  # ids 10..11, 12..14, 15
+    batch = producer.reject(14)
+    assert batch is not None and (batch.sequence_id, batch.count) == (12, 3)
+    assert [b.sequence_id for b in producer.pending] == [10, 15]
+    assert producer.in_flight == 2
+    assert producer.on_receipt(10)[0] is ReceiptMatch.ACKED
+    assert producer.on_receipt(15)[0] is ReceiptMatch.ACKED
+    assert not producer.pending
+
+
+@pytest.mark.parametrize("named", [-1, 9, 16, 100])
+def test_reject_of_an_id_in_no_in_flight_batch_does_nothing(named: int) -> None:
+    producer = sent_producer(2, 3, 1)
+    assert producer.reject(named) is None
+    assert producer.in_flight == 3 and len(producer.pending) == 3
+
+
+def test_reject_does_not_touch_batches_not_yet_written() -> None:
+    producer = sent_producer(2)  # ids 10..11
+    add_batch(producer, 3)  # sealed, not written: no ids yet
+    assert producer.reject(12) is None
+    assert producer.in_flight_batch(12) is None
+    assert len(producer.pending) == 2
+
+
+def test_in_flight_batch_finds_without_removing() -> None:
+    producer = sent_producer(2, 3)
+    batch = producer.in_flight_batch(13)
+    assert batch is producer.pending[1]
+    assert producer.in_flight == 2
+
+
+def test_reject_with_nothing_in_flight_does_nothing() -> None:
     producer = make_producer()
     add_batch(producer, 1)
-    assert producer.reject_head(-1) is None
+    assert producer.reject(-1) is None
     assert len(producer.pending) == 1
+
+
+# -- closing: the producer is re-created on its connection ---------------------------------------
+
+
+def test_a_closing_producer_writes_nothing_but_takes_receipts_in_any_order() -> None:
+    """After the broker failed one batch, the batches behind it may still be confirmed
+    before the CloseProducer answer comes: those are done, not resent."""
+    producer = sent_producer(2, 3, 1)  # ids 10..11, 12..14, 15
+    add_batch(producer, 1)  # sealed, waiting
+    producer.pause()
+    assert not producer.has_unsent
+    assert producer.frames_to_send(PUBLISH_TIME) == Outgoing()
+    assert producer.on_receipt(15)[0] is ReceiptMatch.ACKED  # behind the failed 10..11
+    assert producer.on_receipt(13) == (ReceiptMatch.STALE, None)  # inside a batch: not its id
+    assert producer.on_receipt(99) == (ReceiptMatch.STALE, None)  # being re-created anyway
+    assert [b.sequence_id for b in producer.pending] == [10, 12, -1]
+    producer.on_disconnected()
+    producer.on_registered("p-1", 9)
+    out = producer.frames_to_send(PUBLISH_TIME)
+    assert [(b.sequence_id, b.count) for b in out.batches] == [(10, 2), (12, 3), (16, 1)]
+    assert out.resent_messages == 5
+
+
+def test_an_open_producer_still_takes_receipts_for_the_head_only() -> None:
+    producer = sent_producer(2, 3)
+    assert producer.on_receipt(12) == (ReceiptMatch.MISMATCH, None)
+    assert producer.in_flight == 2
+
+
+def test_registration_ends_closing() -> None:
+    producer = sent_producer(1)
+    producer.pause()
+    producer.on_disconnected()
+    assert not producer.closing
+    producer.pause()
+    producer.on_registered("p-1", 9)
+    assert not producer.closing and producer.ready
 
 
 # -- take_all -------------------------------------------------------------------------------------

@@ -155,15 +155,21 @@ def test_receipts_ack_batches_through_the_listener() -> None:
     run_connected(body)
 
 
-def test_a_receipt_that_matches_nothing_drops_the_connection() -> None:
+def test_a_receipt_that_matches_nothing_recreates_the_producer_not_the_connection() -> None:
+    """The producer is closed and created again on the same connection; everything
+    unconfirmed is resent there (issue 11: recover the producer, not the connection)."""
+
     async def body(rig: Rig) -> None:
         rig.seal(1)
         rig.seal(1)
-        rig.pool.connection.receipt(PRODUCER_ID, 1)  # the second batch before the first
+        connection = rig.pool.connection
+        connection.receipt(PRODUCER_ID, 1)  # the second batch before the first
         assert rig.listener.acked == []
-        assert len(rig.pool.connection.aborted) == 1
-        await rig.connected(2)
-        assert sent_ids(rig, 2) == [(0, 1), (1, 1)]
+        await until(lambda: len(connection.sends) == 4, "the unconfirmed batches resent")
+        assert connection.aborted == [] and len(rig.pool.opened) == 1
+        kinds = [pb.BaseCommand.Type.Name(request.type) for request in connection.requests]
+        assert kinds == ["PRODUCER", "CLOSE_PRODUCER", "PRODUCER"]
+        assert sent_ids(rig) == [(0, 1), (1, 1), (0, 1), (1, 1)]
 
     run_connected(body)
 
@@ -230,6 +236,17 @@ def test_a_batch_written_max_send_attempts_times_is_given_up() -> None:
 # -- broker errors ---------------------------------------------------------------------------
 
 
+async def resent_after_recreation(rig: Rig, before: int, count: int) -> list[tuple[int, int]]:
+    """The Sends written after the producer was closed and created again on the same
+    connection (a send error concerns the producer, not the connection: issue 11)."""
+    connection = rig.pool.connection
+    await until(lambda: len(connection.sends) >= before + count, "the producer re-created")
+    assert connection.aborted == [] and len(rig.pool.opened) == 1
+    kinds = [pb.BaseCommand.Type.Name(request.type) for request in connection.requests]
+    assert kinds[-2:] == ["CLOSE_PRODUCER", "PRODUCER"]
+    return sent_ids(rig)[before:]
+
+
 def test_a_permanent_send_error_discards_the_batch_it_names_and_resends_the_rest() -> None:
     async def body(rig: Rig) -> None:
         rig.seal(1)
@@ -237,9 +254,7 @@ def test_a_permanent_send_error_discards_the_batch_it_names_and_resends_the_rest
         rig.pool.connection.send_error(PRODUCER_ID, 0, pb.TopicTerminatedError)
         rejected = rig.listener.discarded_for(reasons.BROKER_REJECTED)
         assert [batch.sequence_id for batch in rejected] == [0]
-        assert len(rig.pool.opened[0].aborted) == 1
-        await rig.connected(2)
-        assert sent_ids(rig, 2) == [(1, 2)]
+        assert await resent_after_recreation(rig, 2, 1) == [(1, 2)]
 
     run_connected(body)
 
@@ -250,8 +265,7 @@ def test_a_retriable_send_error_resends_everything() -> None:
         rig.seal(2)
         rig.pool.connection.send_error(PRODUCER_ID, 0, pb.PersistenceError)
         assert rig.listener.discarded == []
-        await rig.connected(2)
-        assert sent_ids(rig, 2) == [(0, 1), (1, 2)]
+        assert await resent_after_recreation(rig, 2, 2) == [(0, 1), (1, 2)]
 
     run_connected(body)
 
@@ -261,8 +275,7 @@ def test_a_checksum_error_discards_the_batch_only_if_our_copy_is_corrupt() -> No
         rig.seal(1)
         rig.pool.connection.send_error(PRODUCER_ID, 0, pb.ChecksumError)
         assert rig.listener.discarded == []  # intact here: corrupted on the way, resend
-        await rig.connected(2)
-        assert sent_ids(rig, 2) == [(0, 1)]
+        assert await resent_after_recreation(rig, 1, 1) == [(0, 1)]
         head = rig.producer.pending[0]
         head.frame = head.frame[:-3] + b"\xff\xff\xff"  # our copy goes bad
         rig.pool.connection.send_error(PRODUCER_ID, 0, pb.ChecksumError)
@@ -363,17 +376,13 @@ def test_the_send_timeout_discards_old_batches_only(clock: FakeClock) -> None:
     run(test)
 
 
-def test_an_overdue_receipt_drops_the_connection_and_the_batch_is_resent(
+def test_an_overdue_receipt_recreates_the_producer_and_the_batch_is_resent(
     clock: FakeClock,
 ) -> None:
     async def body(rig: Rig) -> None:
         rig.seal(1)
-        first = rig.pool.connection
         clock.advance(1.0)  # the receipt is overdue by the driver's clock
-        await until(lambda: first.aborted, "the connection to be dropped")
-        assert "no receipt" in first.aborted[0]
-        await rig.connected(2)
-        assert sent_ids(rig, 2) == [(0, 1)]
+        assert await resent_after_recreation(rig, 1, 1) == [(0, 1)]
         assert rig.listener.sent[-1][1] == 1
         rig.pool.connection.receipt(PRODUCER_ID, 0)
         assert len(rig.listener.acked) == 1
