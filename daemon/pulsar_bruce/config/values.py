@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from pulsar_bruce.model.groups import group_id
 from pulsar_bruce.model.service_url import ServiceUrl
-from pulsar_bruce.model.vocabulary import Compression, FsyncPolicy
+from pulsar_bruce.model.vocabulary import Compression, FsyncPolicy, KeyRouting
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -84,6 +84,13 @@ def parse_compression(text: str) -> Compression:
     if name not in tuple(Compression):
         raise ValueError(f"expected one of {', '.join(Compression)}, got {text!r}")
     return Compression(name)
+
+
+def parse_key_routing(value: object) -> KeyRouting:
+    routing = parse_text(value).strip().lower()
+    if routing not in tuple(KeyRouting):
+        raise ValueError(f"expected {_either(KeyRouting)}, got {value!r}")
+    return KeyRouting(routing)
 
 
 def parse_fsync_policy(value: object) -> FsyncPolicy:

@@ -76,6 +76,8 @@ class Intake:
         budget = topic.rate_budget
         if budget is not None and budget <= 0:
             return self._reject(reasons.RATE_LIMITED, data, tag, topic)
+        if topic.key_hash is not None and partition_key < 0 and key:
+            partition_key = topic.key_hash(key)  # key routing: hashed like a Java producer
         key_field = encode_key_field(key) if key else b""
         charge = memory_charge(key_field, len(data) - value_offset)
         ledger = self.ledger
@@ -135,6 +137,8 @@ class Intake:
             self.outcomes.refused(reason, data, sample=True)
             return
         _, partition_key, timestamp, key, value_offset = parsed
+        if topic.key_hash is not None and partition_key < 0 and key:
+            partition_key = topic.key_hash(key)
         key_field = encode_key_field(key) if key else b""
         charge = memory_charge(key_field, len(data) - value_offset)
         if previous_run:

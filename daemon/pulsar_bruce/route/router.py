@@ -5,10 +5,13 @@ batch (the current partition is kept until its open batch has been sealed).
 PartitionKey: ``key % N``; if that partition's producer is not ready, the next
 ready one (``+1, +2, ...`` wrapping); the first choice again as soon as it is
 ready.  When no partition is ready, messages wait on the first choice.
+On a topic with key routing (``Topic.key_hash``), an AnyPartition message with
+a key becomes a PartitionKey message whose key is the Java client's hash of it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from pulsar_bruce.model.batch import SealedBatch
@@ -24,7 +27,7 @@ class WaitingMessage(NamedTuple):
     timestamp: int
     data: bytes
     value_offset: int
-    #: The PartitionKey, or -1 for AnyPartition.
+    #: The PartitionKey (or the hash of the key, with key routing), or -1 for AnyPartition.
     partition_key: int
     charge: int
     confirmation: Confirmation | None
@@ -35,6 +38,7 @@ class Topic:
 
     __slots__ = (
         "_round_robin",
+        "key_hash",
         "max_message_bytes",
         "name",
         "partitioned",
@@ -59,6 +63,9 @@ class Topic:
         self.max_message_bytes = 1 << 62
         #: Messages still allowed in the current rate-limit interval; ``None``: no limit.
         self.rate_budget: int | None = None
+        #: Key routing: the hash that turns an AnyPartition message's key into its
+        #: PartitionKey; ``None`` (the default) keeps round-robin.
+        self.key_hash: Callable[[bytes], int] | None = None
         self._round_robin = -1
 
     @property

@@ -1,10 +1,11 @@
 """Per-topic options applied to topics and their producers, sans-IO.
 
-Batching limits, compression, the largest message and the rate limit can be
-set per topic (exact name or glob) in the config file; this module turns the
-resolved :class:`TopicSettings` into the objects the hot path reads: a shared
-:class:`BatchPolicy` per distinct setting, ``Topic.max_message_bytes`` and the
-rate-limit budget.  On SIGHUP the same code runs again with the new file.
+Batching limits, compression, key routing, the largest message and the rate
+limit can be set per topic (exact name or glob) in the config file; this
+module turns the resolved :class:`TopicSettings` into the objects the hot path
+reads: a shared :class:`BatchPolicy` per distinct setting,
+``Topic.max_message_bytes``, ``Topic.key_hash`` and the rate-limit budget.
+On SIGHUP the same code runs again with the new file.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from pulsar_bruce.batch.compression import CODECS
 from pulsar_bruce.config import Config, TopicSettings
 from pulsar_bruce.producer.partition_producer import BatchPolicy
+from pulsar_bruce.route.key_hash import HASHERS
 from pulsar_bruce.route.router import Topic
 
 
@@ -49,6 +51,7 @@ class TopicConfigurator:
         settings = self.config.topic_settings(topic.name)
         self.settings[topic.name] = settings
         topic.max_message_bytes = settings.max_message_bytes
+        topic.key_hash = HASHERS[settings.key_routing]
         if settings.rate_limit_messages:
             if topic.rate_budget is None or topic.rate_budget > settings.rate_limit_messages:
                 topic.rate_budget = settings.rate_limit_messages
