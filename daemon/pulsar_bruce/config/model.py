@@ -108,6 +108,10 @@ class TopicSettings:
         "none", parse_key_routing,
         "partition of an AnyPartition message with a key: none (round-robin), java_string "
         "or murmur3 (the Java client's hashes of the key)", "NAME")
+    key_based_batching: bool = option(
+        False, parse_bool,
+        "a batch holds messages of one key only and carries that key (for Key_Shared "
+        "subscriptions)", "", "--key-based-batching/--no-key-based-batching")
     # fmt: on
 
 

@@ -30,6 +30,10 @@ class SealedBatch:
     created_at: float = 0.0
     sent_at: float = 0.0
     send_attempts: int = 0
+    #: Key-based batching: the one key of all the batch's messages, for the batch's metadata
+    #: (None: no key, or messages of several keys).
+    partition_key: str | None = None
+    partition_key_b64: bool = False
 
     @property
     def highest_sequence_id(self) -> int:

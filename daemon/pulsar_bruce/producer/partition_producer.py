@@ -37,6 +37,8 @@ class BatchPolicy:
     max_delay_s: float = 0.010
     compression: int = 0
     compressor: Compressor | None = None
+    #: One key per batch, carried in the batch's metadata (``--key-based-batching``).
+    key_based: bool = False
 
 
 @dataclass(slots=True)
@@ -199,6 +201,8 @@ class PartitionProducer:
             num_messages=batch.count,
             compression=self.policy.compression if compressed else 0,
             uncompressed_size=len(batch.payload),
+            partition_key=batch.partition_key,
+            partition_key_b64=batch.partition_key_b64,
         )
         batch.frame = commands.send(
             producer_id=self.producer_id,

@@ -1,14 +1,17 @@
 """Appending routed messages to their partition's open batch, sans-IO.
 
 Shared by the intake (each new message) and the topic manager (messages that
-waited for their topic's partition count).  Sealing and the first message of
-a batch are reported to the edge through :class:`BatchEvents`, once per batch.
+waited for their topic's partition count).  With key-based batching a batch
+is sealed before a message of another key goes in, so each batch has one key.
+Sealing and the first message of a batch are reported to the edge through
+:class:`BatchEvents`, once per batch.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from pulsar_bruce.batch.batch_builder import single_key_of
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation
 from pulsar_bruce.producer.partition_producer import PartitionProducer
@@ -43,13 +46,18 @@ class Appender:
     ) -> None:
         """Append one message to ``producer``'s open batch, sealing it when full."""
         batch = producer.batch
-        if batch.count and batch.charged + charge > producer.max_batch_bytes:
+        if batch.count and (
+            batch.charged + charge > producer.max_batch_bytes
+            or (batch.key_field is not None and key_field != batch.key_field)
+        ):
             producer.seal()
             self.events.batch_sealed(producer)
         batch.append(key_field, timestamp, data, value_offset, charge)
         if confirmation is not None or batch.tags is not None:
             batch.tag_last(confirmation)
         if batch.count == 1:
+            if producer.policy.key_based:
+                batch.key_field = key_field
             self.events.batch_opened(producer)
         if batch.count >= producer.policy.max_messages or batch.charged >= producer.max_batch_bytes:
             producer.seal()
@@ -59,6 +67,10 @@ class Appender:
         """A batch back from the spool goes to its partition (or any, if that is gone)."""
         producers = topic.producers
         producer = producers[partition] if 0 <= partition < len(producers) else topic.choose_any()
+        if producer.policy.key_based and batch.partition_key is None and not batch.frame:
+            key = single_key_of(batch.payload)  # its one key, for Key_Shared dispatch
+            if key is not None:
+                batch.partition_key, batch.partition_key_b64 = key
         producer.pending.append(batch)
         self.events.batch_sealed(producer)
 

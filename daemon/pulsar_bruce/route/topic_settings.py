@@ -1,10 +1,11 @@
 """Per-topic options applied to topics and their producers, sans-IO.
 
-Batching limits, compression, key routing, the largest message and the rate
-limit can be set per topic (exact name or glob) in the config file; this
-module turns the resolved :class:`TopicSettings` into the objects the hot path
-reads: a shared :class:`BatchPolicy` per distinct setting,
-``Topic.max_message_bytes``, ``Topic.key_hash`` and the rate-limit budget.
+Batching limits (key-based batching too), compression, key routing, the
+largest message and the rate limit can be set per topic (exact name or glob)
+in the config file; this module turns the resolved :class:`TopicSettings`
+into the objects the hot path reads: a shared :class:`BatchPolicy` per
+distinct setting, ``Topic.max_message_bytes``, ``Topic.key_hash`` and the
+rate-limit budget.
 On SIGHUP the same code runs again with the new file.
 """
 
@@ -22,7 +23,7 @@ class TopicConfigurator:
 
     def __init__(self, config: Config):
         self.config = config
-        self._policies: dict[tuple[int, int, float, str], BatchPolicy] = {}
+        self._policies: dict[tuple[int, int, float, str, bool], BatchPolicy] = {}
         self.settings: dict[str, TopicSettings] = {}
 
     def policy(self, topic: Topic) -> BatchPolicy:
@@ -32,6 +33,7 @@ class TopicConfigurator:
             settings.batch_max_bytes,
             settings.batch_max_delay_ms,
             settings.compression,
+            settings.key_based_batching,
         )
         policy = self._policies.get(key)
         if policy is None:
@@ -42,6 +44,7 @@ class TopicConfigurator:
                 max_delay_s=settings.batch_max_delay_ms / 1000.0,
                 compression=compression,
                 compressor=compressor,
+                key_based=settings.key_based_batching,
             )
             self._policies[key] = policy
         return policy
