@@ -124,9 +124,15 @@ class FakeBroker:
     """See the module docstring.  ``start()``, use ``.url``, ``stop()``."""
 
     def __init__(
-        self, partitions: int = 0, last_sequence_id: int = -1, max_message_size: int | None = None
+        self,
+        partitions: int = 0,
+        last_sequence_id: int = -1,
+        max_message_size: int | None = None,
+        unique_producer_names: bool = False,
     ):
         self.partitions = partitions
+        #: Refuse a producer name already connected to the topic (see _producer_reply).
+        self.unique_producer_names = unique_producer_names
         self.last_sequence_id = last_sequence_id
         self.max_message_size = max_message_size  # announced in Connected when set
         #: A LookupAnswer, or a callable ``(Lookup) -> LookupAnswer``.
@@ -411,11 +417,18 @@ class FakeBroker:
             )
         await self._producers_released.wait()
         refusal = self.refuse_producers.get(request.topic)
+        message = "refused by the fake broker"
+        if refusal is None and requested is not None and self._name_taken(conn, request):
+            # The Java broker (AbstractTopic.tryOverwriteOldProducer): a name held on the topic
+            # by another producer whose connection is alive is a NamingException -> ProducerBusy;
+            # only the same producer id on the same connection (a re-creation) replaces it.
+            refusal = pb.ProducerBusy
+            message = f"Producer with name '{requested}' is already connected to topic"
         if refusal is not None:
             error = _T(type=_T.ERROR)
             error.error.request_id = request.request_id
             error.error.error = refusal  # type: ignore[assignment]
-            error.error.message = "refused by the fake broker"
+            error.error.message = message
             conn.send(error)
             return
         conn.producers[request.producer_id] = (request.topic, name)
@@ -424,6 +437,16 @@ class FakeBroker:
         reply.producer_success.producer_name = name
         reply.producer_success.last_sequence_id = self.last_sequence_id
         conn.send(reply)
+
+    def _name_taken(self, conn: _Conn, request: pb.CommandProducer) -> bool:
+        if not self.unique_producer_names:
+            return False
+        for other in self._conns.values():
+            for producer_id, held in other.producers.items():
+                same = other is conn and producer_id == request.producer_id
+                if held == (request.topic, request.producer_name) and not same:
+                    return True
+        return False
 
     def _on_send(self, conn: _Conn, frame: Frame) -> None:
         send = frame.command.send

@@ -61,7 +61,7 @@ class TopicConfigurator:
         else:
             topic.rate_budget = None
         policy = self.policy(topic)
-        for producer in topic.producers:
+        for producer in topic.owned_producers():
             producer.set_policy(policy)
         return settings
 
