@@ -74,7 +74,7 @@ class Sent:
     highest_sequence_id: int
     num_messages: int
     values: tuple[bytes, ...]
-    receipt: str  # "sent", "swallowed", "wrong" or "error"
+    receipt: str  # "sent", "swallowed", "wrong", "error" or "duplicate"
 
 
 @dataclass(frozen=True)
@@ -129,8 +129,13 @@ class FakeBroker:
         last_sequence_id: int = -1,
         max_message_size: int | None = None,
         unique_producer_names: bool = False,
+        deduplication: bool = False,
     ):
         self.partitions = partitions
+        #: Broker deduplication, as the Java broker's MessageDeduplication (see _deduplicate).
+        self.deduplication = deduplication
+        #: (topic, producer name) -> highest sequence id stored (deduplication only).
+        self._highest_sequence_ids: dict[tuple[str, str], int] = {}
         #: Refuse a producer name already connected to the topic (see _producer_reply).
         self.unique_producer_names = unique_producer_names
         self.last_sequence_id = last_sequence_id
@@ -435,7 +440,11 @@ class FakeBroker:
         reply = _T(type=_T.PRODUCER_SUCCESS)
         reply.producer_success.request_id = request.request_id
         reply.producer_success.producer_name = name
-        reply.producer_success.last_sequence_id = self.last_sequence_id
+        last = self.last_sequence_id
+        if self.deduplication:  # Java: topic.getLastPublishedSequenceId(producerName)
+            with self._lock:
+                last = self._highest_sequence_ids.get((request.topic, name), -1)
+        reply.producer_success.last_sequence_id = last
         conn.send(reply)
 
     def _name_taken(self, conn: _Conn, request: pb.CommandProducer) -> bool:
@@ -459,7 +468,9 @@ class FakeBroker:
         entries = decode_batch(frame)
         error = None
         with self._lock:
-            if self._errors_to_send:
+            if self._is_duplicate(topic, md.producer_name, send):
+                outcome = "duplicate"
+            elif self._errors_to_send:
                 error = self._errors_to_send.pop()
                 outcome = "error"
             elif self._wrong:
@@ -484,10 +495,11 @@ class FakeBroker:
                     outcome,
                 )
             )
-            self._messages.extend(
-                Message(conn.id, topic, md.producer_name, send.sequence_id + i, value, key)
-                for i, (key, value) in enumerate(entries)
-            )
+            if outcome != "duplicate":  # stored
+                self._messages.extend(
+                    Message(conn.id, topic, md.producer_name, send.sequence_id + i, value, key)
+                    for i, (key, value) in enumerate(entries)
+                )
         if outcome == "swallowed":
             return
         if error is not None:
@@ -508,7 +520,29 @@ class FakeBroker:
             receipt.highest_sequence_id = send.highest_sequence_id + send.num_messages
         receipt.message_id.ledgerId = 1
         receipt.message_id.entryId = next(self._entry_ids)
+        if outcome == "duplicate":  # Java: publishContext.completed(null, -1, -1)
+            receipt.message_id.ledgerId = receipt.message_id.entryId = 2**64 - 1  # -1 as uint64
         conn.send(reply)
+
+    def _is_duplicate(self, topic: str, producer_name: str, send: pb.CommandSend) -> bool:
+        """The Java broker's ``MessageDeduplication.isDuplicate`` (call with the lock held).
+
+        A batch whose ``sequence_id`` is at most the highest sequence id stored for
+        its producer name on the topic is a duplicate: not stored, answered with a
+        receipt for message id -1:-1.  Otherwise the highest id becomes
+        ``max(highest_sequence_id, sequence_id)``.  (The Java broker answers "unknown"
+        for ids pushed but not yet persisted; this fake stores at once, so every id
+        it has seen is persisted.)  Scripted errors are not stored, so not recorded.
+        """
+        if not self.deduplication:
+            return False
+        highest = self._highest_sequence_ids.get((topic, producer_name))
+        if highest is not None and send.sequence_id <= highest:
+            return True
+        if not self._errors_to_send:
+            top = max(send.highest_sequence_id, send.sequence_id)
+            self._highest_sequence_ids[(topic, producer_name)] = top
+        return False
 
 
 def _copy(message: Any) -> Any:

@@ -188,6 +188,9 @@ def split_batch(batch: SealedBatch) -> tuple[SealedBatch, SealedBatch]:
         tags=rest_tags,
     )
     first.created_at = rest.created_at = batch.created_at  # the send timeout still applies
+    if batch.sequence_id >= 0:  # ids kept from the spool stay with their messages
+        first.sequence_id, rest.sequence_id = batch.sequence_id, batch.sequence_id + half
+        first.producer_name = rest.producer_name = batch.producer_name
     first.partition_key = rest.partition_key = batch.partition_key
     first.partition_key_b64 = rest.partition_key_b64 = batch.partition_key_b64
     return first, rest

@@ -34,6 +34,9 @@ class SealedBatch:
     #: (None: no key, or messages of several keys).
     partition_key: str | None = None
     partition_key_b64: bool = False
+    #: A batch back from the spool that keeps its sequence ids: the producer name they
+    #: belong to (empty otherwise).
+    producer_name: str = ""
 
     @property
     def highest_sequence_id(self) -> int:

@@ -159,7 +159,7 @@ class PartitionProducer:
         index = self.in_flight
         while index < len(pending):
             batch = pending[index]
-            if batch.sequence_id < 0:
+            if not batch.frame:  # first send (a batch from the spool may keep its ids)
                 payload = self._compress(batch.payload)
                 if len(payload) > limit:
                     if batch.count > 1:
@@ -189,9 +189,11 @@ class PartitionProducer:
         return compressor(raw) if compressor is not None else raw
 
     def _frame(self, batch: SealedBatch, payload: bytes, publish_time_ms: int) -> None:
-        """Give ``batch`` its sequence ids and its Send frame (kept as is for resends)."""
-        batch.sequence_id = self.next_sequence_id
-        self.next_sequence_id += batch.count
+        """Give ``batch`` its sequence ids (unless it kept its own) and its Send frame (kept as
+        is for resends)."""
+        if batch.sequence_id < 0:
+            batch.sequence_id = self.next_sequence_id
+        self.next_sequence_id = max(self.next_sequence_id, batch.highest_sequence_id + 1)
         compressed = self.policy.compressor is not None
         metadata = commands.batch_metadata(
             producer_name=self.name or "",

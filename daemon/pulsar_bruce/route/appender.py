@@ -71,7 +71,10 @@ class Appender:
             key = single_key_of(batch.payload)  # its one key, for Key_Shared dispatch
             if key is not None:
                 batch.partition_key, batch.partition_key_b64 = key
-        producer.pending.append(batch)
+        if batch.sequence_id >= 0:
+            keep_sequence_ids(producer, batch)
+        else:
+            producer.pending.append(batch)
         self.events.batch_sealed(producer)
 
     def route_waiting(self, topic: Topic) -> None:
@@ -92,3 +95,30 @@ class Appender:
                 message.charge,
                 message.confirmation,
             )
+
+
+def keep_sequence_ids(producer: PartitionProducer, batch: SealedBatch) -> None:
+    """Queue a batch that was sent before a restart under its original sequence ids.
+
+    Broker deduplication (pulsar-broker ``MessageDeduplication.isDuplicate``) drops
+    a batch whose ``sequence_id`` is at most the highest one it has seen from that
+    producer name, so the replay is dropped exactly when the broker had stored it.
+    That needs the same producer name, and ids above everything this producer has
+    numbered since (or the broker would drop it, or drop a later batch for it):
+    the batch goes before the batches not numbered yet, and the producer's next
+    ids start after it.  Otherwise it is numbered afresh, like a new batch.
+    """
+    pending = producer.pending
+    if (
+        not producer.name_is_ours
+        or batch.producer_name != producer.name
+        or batch.sequence_id < producer.next_sequence_id
+    ):
+        batch.sequence_id, batch.producer_name = -1, ""
+        pending.append(batch)
+        return
+    index = len(pending)
+    while index > producer.in_flight and pending[index - 1].sequence_id < 0:
+        index -= 1  # not numbered yet: they get ids after this batch, so go after it
+    pending.insert(index, batch)
+    producer.next_sequence_id = batch.highest_sequence_id + 1

@@ -165,6 +165,9 @@ class Intake:
             self.ledger.discard(reasons.BAD_TOPIC, spooled.count, charge, None)
             return
         batch = SealedBatch(count=spooled.count, payload=spooled.entries, buffer_bytes=charge)
+        if spooled.producer_name and spooled.sequence_id >= 0:
+            # Sent before: offer its producer name and sequence ids again (see queue_sealed).
+            batch.sequence_id, batch.producer_name = spooled.sequence_id, spooled.producer_name
         self.ledger.readmit(spooled.count, charge)
         if spooled.sequence_id >= 0:  # it had been sent: the broker may have it already
             self.ledger.possible_duplicate(spooled.count)

@@ -170,8 +170,11 @@ def spool_records_of(topics: Iterable[Topic]) -> tuple[list[bytes], int, int]:
     count = charge = 0
     for topic in topics:
         for partition, batch in topic.unrouted_batches:
+            kept = batch.sequence_id if batch.producer_name else -1
             front.append(
-                spool_records.encode_batch(topic.name, partition, -1, batch.count, batch.payload)
+                spool_records.encode_batch(
+                    topic.name, partition, kept, batch.count, batch.payload, batch.producer_name
+                )
             )
             count += batch.count
             charge += batch.buffer_bytes
@@ -180,6 +183,9 @@ def spool_records_of(topics: Iterable[Topic]) -> tuple[list[bytes], int, int]:
             for batch in producer.pending:
                 if not batch.payload:  # already framed: take the entries out of the frame
                     batch.payload = batch_entries_of(batch)
+                sent_as = ""  # the producer name its sequence ids belong to, if it was sent
+                if batch.sequence_id >= 0:
+                    sent_as = batch.producer_name or producer.name or ""
                 front.append(
                     spool_records.encode_batch(
                         topic.name,
@@ -187,6 +193,7 @@ def spool_records_of(topics: Iterable[Topic]) -> tuple[list[bytes], int, int]:
                         batch.sequence_id,
                         batch.count,
                         batch.payload,
+                        sent_as,
                     )
                 )
                 count += batch.count
