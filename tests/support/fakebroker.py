@@ -116,8 +116,16 @@ class FakeBroker:
         tokens: set[bytes] | None = None,
         challenge: bool = False,
         tls_auth: bool = False,
+        unique_producer_names: bool = False,
+        deduplication: bool = False,
     ):
         self.partitions = partitions
+        #: Broker deduplication, as the Java broker's MessageDeduplication (see _is_duplicate).
+        self.deduplication = deduplication
+        #: (topic, producer name) -> highest sequence id stored (deduplication only).
+        self._highest_sequence_ids: dict[tuple[str, str], int] = {}
+        #: Refuse a producer name already connected to the topic (see _name_taken).
+        self.unique_producer_names = unique_producer_names
         self.last_sequence_id = last_sequence_id
         self.max_message_size = max_message_size  # announced in Connected when set
         #: A LookupAnswer, or a callable ``(Lookup) -> LookupAnswer``.
@@ -631,14 +639,36 @@ class FakeBroker:
             return
         del conn.creating[producer_id]
         refusal = self.refuse_producers.get(request.topic)
+        message = "refused by the fake broker"
         if refusal is None and request.topic in self.terminated:
             refusal = pb.TopicTerminatedError
+        named = request.HasField("producer_name")
+        if refusal is None and named and self._name_taken(conn, request):
+            # The Java broker (AbstractTopic.tryOverwriteOldProducer): a name held on the topic
+            # by another producer whose connection is alive is a NamingException -> ProducerBusy;
+            # only the same producer id on the same connection (a re-creation) replaces it.
+            refusal = pb.ProducerBusy
+            message = f"Producer with name '{request.producer_name}' is already connected to topic"
         if refusal is not None:
-            conn.send(_error(request.request_id, refusal, "refused by the fake broker"))
+            conn.send(_error(request.request_id, refusal, message))
             return
         conn.producers[producer_id] = (request.topic, name)
         conn.closed_by_broker.discard(producer_id)
-        conn.send(self._producer_success(request.request_id, name, self.last_sequence_id))
+        last = self.last_sequence_id
+        if self.deduplication:  # Java: topic.getLastPublishedSequenceId(producerName)
+            with self._lock:
+                last = self._highest_sequence_ids.get((request.topic, name), -1)
+        conn.send(self._producer_success(request.request_id, name, last))
+
+    def _name_taken(self, conn: _Conn, request: pb.CommandProducer) -> bool:
+        if not self.unique_producer_names:
+            return False
+        for other in self._conns.values():
+            for producer_id, held in other.producers.items():
+                same = other is conn and producer_id == request.producer_id
+                if held == (request.topic, request.producer_name) and not same:
+                    return True
+        return False
 
     @staticmethod
     def _producer_success(request_id: int, name: str, last_sequence_id: int) -> pb.BaseCommand:
@@ -695,6 +725,8 @@ class FakeBroker:
                 error, outcome = pb.TopicTerminatedError, "error"
             elif _entry_size(frame) > self.topic_max_message_size.get(topic, _UNLIMITED):
                 error, outcome = pb.NotAllowedError, "error"
+            elif self._is_duplicate(topic, md.producer_name, send):
+                outcome = "duplicate"
             elif self._errors_to_send and self._errors_topic in (None, topic):
                 error, outcome = self._errors_to_send.pop(), "error"
             elif self._wrong:
@@ -729,10 +761,11 @@ class FakeBroker:
                     error_id if error is not None else None,
                 )
             )
-            self._messages.extend(
-                Message(conn.id, topic, md.producer_name, send.sequence_id + i, value, key)
-                for i, (key, value) in enumerate(entries)
-            )
+            if outcome != "duplicate":  # stored
+                self._messages.extend(
+                    Message(conn.id, topic, md.producer_name, send.sequence_id + i, value, key)
+                    for i, (key, value) in enumerate(entries)
+                )
         if outcome == "swallowed":
             return
         if error is not None:
@@ -753,10 +786,32 @@ class FakeBroker:
             receipt.highest_sequence_id = send.highest_sequence_id + send.num_messages
         receipt.message_id.ledgerId = 1
         receipt.message_id.entryId = next(self._entry_ids)
+        if outcome == "duplicate":  # Java: publishContext.completed(null, -1, -1)
+            receipt.message_id.ledgerId = receipt.message_id.entryId = 2**64 - 1  # -1 as uint64
         if outcome == "held":
             conn.held.setdefault(send.producer_id, []).append(reply)
             return
         conn.send(reply)
+
+    def _is_duplicate(self, topic: str, producer_name: str, send: pb.CommandSend) -> bool:
+        """The Java broker's ``MessageDeduplication.isDuplicate`` (call with the lock held).
+
+        A batch whose ``sequence_id`` is at most the highest sequence id stored for
+        its producer name on the topic is a duplicate: not stored, answered with a
+        receipt for message id -1:-1.  Otherwise the highest id becomes
+        ``max(highest_sequence_id, sequence_id)``.  (The Java broker answers "unknown"
+        for ids pushed but not yet persisted; this fake stores at once, so every id
+        it has seen is persisted.)  Scripted errors are not stored, so not recorded.
+        """
+        if not self.deduplication:
+            return False
+        highest = self._highest_sequence_ids.get((topic, producer_name))
+        if highest is not None and send.sequence_id <= highest:
+            return True
+        if not self._errors_to_send:
+            top = max(send.highest_sequence_id, send.sequence_id)
+            self._highest_sequence_ids[(topic, producer_name)] = top
+        return False
 
 
 def _close_producer(producer_id: int, assigned_url: str | None) -> pb.BaseCommand:

@@ -56,7 +56,7 @@ class Sent:
     highest_sequence_id: int
     num_messages: int
     values: tuple[bytes, ...]
-    receipt: str  # "sent", "held", "swallowed", "wrong" or "error"
+    receipt: str  # "sent", "held", "swallowed", "wrong", "error" or "duplicate"
     #: The ServerError answered (``receipt == "error"``), and the sequence id it named.
     error: int | None = None
     error_sequence_id: int | None = None

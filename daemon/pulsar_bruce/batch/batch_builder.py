@@ -5,6 +5,11 @@ Each message's ``SingleMessageMetadata`` is hand-encoded straight into the
 batch buffer at append time (a few varint fields; a protobuf object per
 message would cost more than everything else on the hot path together).
 Compression happens once, when the batch is sealed.
+
+Key-based batching (``--key-based-batching``): the appender seals a batch
+before a message of another key goes in, so every batch holds one key, and the
+sealed batch carries that key for its ``MessageMetadata.partition_key``, like
+the Java client's ``BatchMessageKeyBasedContainer``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,23 @@ _TAG_PAYLOAD_SIZE = b"\x18"  # 3, varint
 _TAG_EVENT_TIME = b"\x28"  # 5, varint
 _B64_FLAG = b"\x30\x01"  # 6 = true
 
+def decode_key_field(key_field: bytes) -> tuple[str | None, bool]:
+    """The key text and base64 flag of a field made by :func:`encode_key_field`."""
+    if not key_field:
+        return None, False
+    length, start = 0, 1  # after the partition_key tag
+    shift = 0
+    while True:
+        byte = key_field[start]
+        start += 1
+        length |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            break
+    key = key_field[start : start + length].decode("utf-8")
+    return key, key_field[start + length :] == _B64_FLAG
+
+
 def encode_key_field(key: bytes) -> bytes:
     """``partition_key`` (+ the base64 flag for keys that are not UTF-8); empty key -> nothing."""
     if not key:
@@ -48,7 +70,15 @@ _PAYLOAD_SIZE_FIELDS = tuple(_TAG_PAYLOAD_SIZE + varint(n) for n in range(_PAYLO
 class BatchBuilder:
     """The open batch of one partition."""
 
-    __slots__ = ("_event_time", "_event_time_field", "buffer", "charged", "count", "tags")
+    __slots__ = (
+        "_event_time",
+        "_event_time_field",
+        "buffer",
+        "charged",
+        "count",
+        "key_field",
+        "tags",
+    )
 
     def __init__(self) -> None:
         self.buffer = bytearray()
@@ -57,6 +87,9 @@ class BatchBuilder:
         self.charged = 0
         #: Run-length confirmation tags, allocated by the first stream message only.
         self.tags: list[TagRun] | None = None
+        #: Key-based batching: the key field every message of this batch has (set by the
+        #: appender with the first message); None: keys are not batched apart.
+        self.key_field: bytes | None = None
         self._event_time = 0
         self._event_time_field = b""
 
@@ -94,6 +127,9 @@ class BatchBuilder:
         batch = SealedBatch(
             count=self.count, payload=bytes(self.buffer), buffer_bytes=self.charged, tags=self.tags
         )
+        if self.key_field is not None:
+            batch.partition_key, batch.partition_key_b64 = decode_key_field(self.key_field)
+            self.key_field = None
         self.buffer = bytearray()
         self.count = 0
         self.charged = 0
@@ -139,7 +175,31 @@ def split_batch(batch: SealedBatch) -> tuple[SealedBatch, SealedBatch]:
         tags=rest_tags,
     )
     first.created_at = rest.created_at = batch.created_at  # the send timeout still applies
+    if batch.sequence_id >= 0:  # ids kept from the spool stay with their messages
+        first.sequence_id, rest.sequence_id = batch.sequence_id, batch.sequence_id + half
+        first.producer_name = rest.producer_name = batch.producer_name
+    first.partition_key = rest.partition_key = batch.partition_key
+    first.partition_key_b64 = rest.partition_key_b64 = batch.partition_key_b64
     return first, rest
+
+
+def single_key_of(entries: bytes) -> tuple[str | None, bool] | None:
+    """The key (text, base64 flag) all entries of an uncompressed batch share, or None
+    when they have different keys (rare path: a spooled batch of a key-based topic)."""
+    found: tuple[str | None, bool] | None = None
+    offset = 0
+    while offset < len(entries):
+        (metadata_size,) = _U32.unpack_from(entries, offset)
+        metadata = pb.SingleMessageMetadata.FromString(
+            entries[offset + 4 : offset + 4 + metadata_size]
+        )
+        key = metadata.partition_key if metadata.HasField("partition_key") else None
+        this = (key, metadata.partition_key_b64_encoded if key is not None else False)
+        if found is not None and this != found:
+            return None
+        found = this
+        offset += 4 + metadata_size + metadata.payload_size
+    return found
 
 
 def batch_entries_of(batch: SealedBatch) -> bytes:

@@ -22,6 +22,7 @@ from pulsar_bruce.config.values import (
     parse_compression_level,
     parse_fsync_policy,
     parse_group,
+    parse_key_routing,
     parse_listen,
     parse_log_level,
     parse_non_negative_int,
@@ -37,7 +38,7 @@ from pulsar_bruce.config.values import (
     parse_text,
 )
 from pulsar_bruce.model.secret import Secret
-from pulsar_bruce.model.vocabulary import Compression, FsyncPolicy
+from pulsar_bruce.model.vocabulary import Compression, FsyncPolicy, KeyRouting
 
 # Options appear in --help and --check-config in field order: the fields of
 # _ProcessOptions, then TopicSettings, then Config's own (a dataclass lists a
@@ -111,6 +112,14 @@ class TopicSettings:
         "messages per topic per rate-limit interval; beyond: rate_limited (0: no limit)", "N")
     rate_limit_interval_s: float = option(
         1.0, parse_positive_number, "length of the rate-limit interval", "SECONDS")
+    key_routing: KeyRouting = option(  # noqa: RUF009 - option() returns a field()
+        "none", parse_key_routing,
+        "partition of an AnyPartition message with a key: none (round-robin), java_string "
+        "or murmur3 (the Java client's hashes of the key)", "NAME")
+    key_based_batching: bool = option(
+        False, parse_bool,
+        "a batch holds messages of one key only and carries that key (for Key_Shared "
+        "subscriptions)", "", "--key-based-batching/--no-key-based-batching")
     # fmt: on
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from pulsar_bruce.model.groups import group_id
 from pulsar_bruce.model.service_url import ServiceUrl
-from pulsar_bruce.model.vocabulary import Compression, FsyncPolicy
+from pulsar_bruce.model.vocabulary import Compression, FsyncPolicy, KeyRouting
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -92,6 +92,13 @@ def parse_compression_level(text: str | int) -> int:
     if level > 22:
         raise ValueError(f"expected a level between 0 and 22, got {text!r}")
     return level
+
+
+def parse_key_routing(value: object) -> KeyRouting:
+    routing = parse_text(value).strip().lower()
+    if routing not in tuple(KeyRouting):
+        raise ValueError(f"expected {_either(KeyRouting)}, got {value!r}")
+    return KeyRouting(routing)
 
 
 def parse_fsync_policy(value: object) -> FsyncPolicy:

@@ -110,8 +110,15 @@ def batch_metadata(
     num_messages: int,
     compression: int,
     uncompressed_size: int,
+    partition_key: str | None = None,
+    partition_key_b64: bool = False,
 ) -> bytes:
-    """Serialized ``MessageMetadata`` for one batch of ``num_messages`` messages."""
+    """Serialized ``MessageMetadata`` for one batch of ``num_messages`` messages.
+
+    ``partition_key``: the one key of a key-based batch, which Key_Shared
+    subscriptions dispatch by (as the Java client's ``BatchMessageKeyBasedContainer``
+    sets it).
+    """
     md = pb.MessageMetadata(
         producer_name=producer_name,
         sequence_id=sequence_id,
@@ -122,6 +129,10 @@ def batch_metadata(
     if compression:
         md.compression = compression  # type: ignore[assignment]
         md.uncompressed_size = uncompressed_size
+    if partition_key is not None:
+        md.partition_key = partition_key
+        if partition_key_b64:
+            md.partition_key_b64_encoded = True
     return md.SerializeToString()
 
 

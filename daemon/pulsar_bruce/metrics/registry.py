@@ -118,6 +118,12 @@ class _LedgerCollector:
         yield _gauge(
             "broker_connections", "Open, handshaken broker connections", self._connections()
         )
+        yield _counter(
+            "producer_name_conflicts",
+            "Producer creations refused with ProducerBusy for our own producer name "
+            "(another daemon with the same --producer-name-prefix)",
+            sum(topic.name_conflicts for topic in self._topics()),
+        )
         yield from self._per_topic()
 
     def _per_topic(self) -> Iterator[Metric]:

@@ -30,6 +30,13 @@ class SealedBatch:
     created_at: float = 0.0
     sent_at: float = 0.0
     send_attempts: int = 0
+    #: Key-based batching: the one key of all the batch's messages, for the batch's metadata
+    #: (None: no key, or messages of several keys).
+    partition_key: str | None = None
+    partition_key_b64: bool = False
+    #: A batch back from the spool that keeps its sequence ids: the producer name they
+    #: belong to (empty otherwise).
+    producer_name: str = ""
 
     @property
     def highest_sequence_id(self) -> int:

@@ -35,6 +35,14 @@ def check_level(compression: str, level: int) -> None:
         )
 
 
+class KeyRouting(StrEnum):
+    """How an AnyPartition message with a key picks its partition (``--key-routing``)."""
+
+    NONE = "none"  # round-robin, like Bruce
+    JAVA_STRING = "java_string"  # the Java client's default JavaStringHash
+    MURMUR3 = "murmur3"  # the Java client's Murmur3_32Hash
+
+
 class FsyncPolicy(StrEnum):
     """When the spool makes appended records durable (``--spool-fsync``)."""
 

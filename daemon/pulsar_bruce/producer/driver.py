@@ -103,6 +103,8 @@ class ProducerDriver:
             except (TopicLookupError, ServerError) as exc:
                 if is_permanent(exc.error):
                     self._reject(error_name(exc.error), str(exc))
+                elif exc.error == pb.ProducerBusy and producer.name_is_ours and producer.name:
+                    self.listener.producer_name_conflict(producer.topic, producer.name)
                 delay = self._backoff.next_delay()
                 log.warning(
                     "producer for %s not connected (%s); retrying in %.1f s",

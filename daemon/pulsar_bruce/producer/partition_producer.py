@@ -39,6 +39,8 @@ class BatchPolicy:
     max_delay_s: float = 0.010
     compression: int = 0
     compressor: Compressor | None = None
+    #: One key per batch, carried in the batch's metadata (``--key-based-batching``).
+    key_based: bool = False
 
 
 @dataclass(slots=True)
@@ -171,7 +173,7 @@ class PartitionProducer:
         index = self.in_flight
         while index < len(pending):
             batch = pending[index]
-            if batch.sequence_id < 0:
+            if not batch.frame:  # first send (a batch from the spool may keep its ids)
                 payload = self._compress(batch.payload)
                 if len(payload) > limit:
                     if batch.count > 1:
@@ -201,9 +203,11 @@ class PartitionProducer:
         return compressor(raw) if compressor is not None else raw
 
     def _frame(self, batch: SealedBatch, payload: bytes, publish_time_ms: int) -> None:
-        """Give ``batch`` its sequence ids and its Send frame (kept as is for resends)."""
-        batch.sequence_id = self.next_sequence_id
-        self.next_sequence_id += batch.count
+        """Give ``batch`` its sequence ids (unless it kept its own) and its Send frame (kept as
+        is for resends)."""
+        if batch.sequence_id < 0:
+            batch.sequence_id = self.next_sequence_id
+        self.next_sequence_id = max(self.next_sequence_id, batch.highest_sequence_id + 1)
         compressed = self.policy.compressor is not None
         metadata = commands.batch_metadata(
             producer_name=self.name or "",
@@ -213,6 +217,8 @@ class PartitionProducer:
             num_messages=batch.count,
             compression=self.policy.compression if compressed else 0,
             uncompressed_size=len(batch.payload),
+            partition_key=batch.partition_key,
+            partition_key_b64=batch.partition_key_b64,
         )
         batch.frame = commands.send(
             producer_id=self.producer_id,

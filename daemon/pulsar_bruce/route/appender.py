@@ -1,14 +1,17 @@
 """Appending routed messages to their partition's open batch, sans-IO.
 
 Shared by the intake (each new message) and the topic manager (messages that
-waited for their topic's partition count).  Sealing and the first message of
-a batch are reported to the edge through :class:`BatchEvents`, once per batch.
+waited for their topic's partition count).  With key-based batching a batch
+is sealed before a message of another key goes in, so each batch has one key.
+Sealing and the first message of a batch are reported to the edge through
+:class:`BatchEvents`, once per batch.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from pulsar_bruce.batch.batch_builder import single_key_of
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation
 from pulsar_bruce.producer.partition_producer import PartitionProducer
@@ -43,13 +46,18 @@ class Appender:
     ) -> None:
         """Append one message to ``producer``'s open batch, sealing it when full."""
         batch = producer.batch
-        if batch.count and batch.charged + charge > producer.max_batch_bytes:
+        if batch.count and (
+            batch.charged + charge > producer.max_batch_bytes
+            or (batch.key_field is not None and key_field != batch.key_field)
+        ):
             producer.seal()
             self.events.batch_sealed(producer)
         batch.append(key_field, timestamp, data, value_offset, charge)
         if confirmation is not None or batch.tags is not None:
             batch.tag_last(confirmation)
         if batch.count == 1:
+            if producer.policy.key_based:
+                batch.key_field = key_field
             self.events.batch_opened(producer)
         if batch.count >= producer.policy.max_messages or batch.charged >= producer.max_batch_bytes:
             producer.seal()
@@ -59,7 +67,14 @@ class Appender:
         """A batch back from the spool goes to its partition (or any, if that is gone)."""
         producers = topic.producers
         producer = producers[partition] if 0 <= partition < len(producers) else topic.choose_any()
-        producer.pending.append(batch)
+        if producer.policy.key_based and batch.partition_key is None and not batch.frame:
+            key = single_key_of(batch.payload)  # its one key, for Key_Shared dispatch
+            if key is not None:
+                batch.partition_key, batch.partition_key_b64 = key
+        if batch.sequence_id >= 0:
+            keep_sequence_ids(producer, batch)
+        else:
+            producer.pending.append(batch)
         self.events.batch_sealed(producer)
 
     def route_waiting(self, topic: Topic) -> None:
@@ -80,3 +95,30 @@ class Appender:
                 message.charge,
                 message.confirmation,
             )
+
+
+def keep_sequence_ids(producer: PartitionProducer, batch: SealedBatch) -> None:
+    """Queue a batch that was sent before a restart under its original sequence ids.
+
+    Broker deduplication (pulsar-broker ``MessageDeduplication.isDuplicate``) drops
+    a batch whose ``sequence_id`` is at most the highest one it has seen from that
+    producer name, so the replay is dropped exactly when the broker had stored it.
+    That needs the same producer name, and ids above everything this producer has
+    numbered since (or the broker would drop it, or drop a later batch for it):
+    the batch goes before the batches not numbered yet, and the producer's next
+    ids start after it.  Otherwise it is numbered afresh, like a new batch.
+    """
+    pending = producer.pending
+    if (
+        not producer.name_is_ours
+        or batch.producer_name != producer.name
+        or batch.sequence_id < producer.next_sequence_id
+    ):
+        batch.sequence_id, batch.producer_name = -1, ""
+        pending.append(batch)
+        return
+    index = len(pending)
+    while index > producer.in_flight and pending[index - 1].sequence_id < 0:
+        index -= 1  # not numbered yet: they get ids after this batch, so go after it
+    pending.insert(index, batch)
+    producer.next_sequence_id = batch.highest_sequence_id + 1

@@ -76,6 +76,8 @@ class Intake:
         budget = topic.rate_budget
         if budget is not None and budget <= 0:
             return self._reject(reasons.RATE_LIMITED, data, tag, topic)
+        if topic.key_hash is not None and partition_key < 0 and key:
+            partition_key = topic.key_hash(key)  # key routing: hashed like a Java producer
         key_field = encode_key_field(key) if key else b""
         if fields:  # a Message record's properties: metadata fields before the key
             key_field = fields + key_field
@@ -137,6 +139,8 @@ class Intake:
             self.outcomes.refused(reason, data, sample=True)
             return
         _, partition_key, timestamp, key, value_offset, fields = parsed
+        if topic.key_hash is not None and partition_key < 0 and key:
+            partition_key = topic.key_hash(key)
         key_field = fields + encode_key_field(key) if key else fields
         charge = memory_charge(key_field, len(data) - value_offset)
         if previous_run:
@@ -163,6 +167,9 @@ class Intake:
             self.ledger.discard(reasons.BAD_TOPIC, spooled.count, charge, None)
             return
         batch = SealedBatch(count=spooled.count, payload=spooled.entries, buffer_bytes=charge)
+        if spooled.producer_name and spooled.sequence_id >= 0:
+            # Sent before: offer its producer name and sequence ids again (see queue_sealed).
+            batch.sequence_id, batch.producer_name = spooled.sequence_id, spooled.producer_name
         self.ledger.readmit(spooled.count, charge)
         if spooled.sequence_id >= 0:  # it had been sent: the broker may have it already
             self.ledger.possible_duplicate(spooled.count)

@@ -55,6 +55,8 @@ class Outcomes:
         self.observer = observer
         #: The last few rejected datagrams (reason, first bytes), for ``/status``.
         self.recent_rejects: deque[tuple[str, bytes]] = deque(maxlen=REJECT_SAMPLES)
+        #: Broker topics whose producer name conflict has been logged (once each).
+        self.name_conflicts_logged: set[str] = set()
 
     def for_topic(self, topic: Topic) -> TopicDelivery:
         return TopicDelivery(self, topic)
@@ -109,7 +111,7 @@ class Outcomes:
         """Shutdown: give up every buffered message; returns how many."""
         total = 0
         for topic in topics:
-            for producer in topic.producers:
+            for producer in topic.owned_producers():
                 for batch in producer.take_all():
                     self.discarded(topic, batch, reason)
                     total += batch.count
@@ -145,6 +147,21 @@ class TopicDelivery:
     def batch_discarded(self, batch: SealedBatch, reason: str) -> None:
         self.outcomes.discarded(self.topic, batch, reason)
 
+    def producer_name_conflict(self, broker_topic: str, name: str) -> None:
+        """Counted every time; logged once per broker topic, with the remedy."""
+        self.topic.name_conflicts += 1
+        logged = self.outcomes.name_conflicts_logged
+        if broker_topic not in logged:
+            logged.add(broker_topic)
+            log.error(
+                "%s refuses our producer name %r (ProducerBusy): another producer already "
+                "uses it there, most likely another pulsar-bruce with the same "
+                "--producer-name-prefix; give each daemon its own --producer-name-prefix. "
+                "Retrying with backoff (pulsar_bruce_producer_name_conflicts_total counts these)",
+                broker_topic,
+                name,
+            )
+
 
 def spool_records_of(topics: Iterable[Topic]) -> tuple[list[bytes], int, int]:
     """Shutdown with a spool: every buffered message as spool records, oldest first per
@@ -153,16 +170,22 @@ def spool_records_of(topics: Iterable[Topic]) -> tuple[list[bytes], int, int]:
     count = charge = 0
     for topic in topics:
         for partition, batch in topic.unrouted_batches:
+            kept = batch.sequence_id if batch.producer_name else -1
             front.append(
-                spool_records.encode_batch(topic.name, partition, -1, batch.count, batch.payload)
+                spool_records.encode_batch(
+                    topic.name, partition, kept, batch.count, batch.payload, batch.producer_name
+                )
             )
             count += batch.count
             charge += batch.buffer_bytes
-        for producer in topic.producers:
+        for producer in topic.owned_producers():
             producer.seal()
             for batch in producer.pending:
                 if not batch.payload:  # already framed: take the entries out of the frame
                     batch.payload = batch_entries_of(batch)
+                sent_as = ""  # the producer name its sequence ids belong to, if it was sent
+                if batch.sequence_id >= 0:
+                    sent_as = batch.producer_name or producer.name or ""
                 front.append(
                     spool_records.encode_batch(
                         topic.name,
@@ -170,6 +193,7 @@ def spool_records_of(topics: Iterable[Topic]) -> tuple[list[bytes], int, int]:
                         batch.sequence_id,
                         batch.count,
                         batch.payload,
+                        sent_as,
                     )
                 )
                 count += batch.count

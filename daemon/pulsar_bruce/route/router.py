@@ -5,10 +5,13 @@ batch (the current partition is kept until its open batch has been sealed).
 PartitionKey: ``key % N``; if that partition's producer is not ready, the next
 ready one (``+1, +2, ...`` wrapping); the first choice again as soon as it is
 ready.  When no partition is ready, messages wait on the first choice.
+On a topic with key routing (``Topic.key_hash``), an AnyPartition message with
+a key becomes a PartitionKey message whose key is the Java client's hash of it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from pulsar_bruce.model.batch import SealedBatch
@@ -24,7 +27,7 @@ class WaitingMessage(NamedTuple):
     timestamp: int
     data: bytes
     value_offset: int
-    #: The PartitionKey, or -1 for AnyPartition.
+    #: The PartitionKey (or the hash of the key, with key routing), or -1 for AnyPartition.
     partition_key: int
     charge: int
     confirmation: Confirmation | None
@@ -35,8 +38,11 @@ class Topic:
 
     __slots__ = (
         "_round_robin",
+        "borrowed",
+        "key_hash",
         "max_message_bytes",
         "name",
+        "name_conflicts",
         "partitioned",
         "producers",
         "rate_budget",
@@ -49,23 +55,38 @@ class Topic:
         self.name = name
         #: Empty until the partition count is known; one producer for a non-partitioned topic.
         self.producers: list[PartitionProducer] = []
+        #: Ids of producers in ``producers`` that another topic owns: one broker topic has one
+        #: producer, shared when ``t`` and ``t-partition-0`` are both addressed.  Their batches
+        #: are counted, spooled and configured by the owner.
+        self.borrowed: set[int] = set()
         self.partitioned = False
         #: Messages that arrived before the partition count was known.
         self.unrouted: list[WaitingMessage] = []
         #: Batches back from the spool before the partition count was known: (partition, batch).
         self.unrouted_batches: list[tuple[int, SealedBatch]] = []
         self.stats = TopicCounters()
+        #: Times a broker refused our producer name on one of this topic's partitions.
+        self.name_conflicts = 0
         #: Per-topic limits, set by the edge from the configuration.
         self.max_message_bytes = 1 << 62
         #: Messages still allowed in the current rate-limit interval; ``None``: no limit.
         self.rate_budget: int | None = None
+        #: Key routing: the hash that turns an AnyPartition message's key into its
+        #: PartitionKey; ``None`` (the default) keeps round-robin.
+        self.key_hash: Callable[[bytes], int] | None = None
         self._round_robin = -1
 
     @property
     def buffered_messages(self) -> int:
         """Messages of this topic not yet acked or discarded (for metrics and status)."""
         waiting = len(self.unrouted) + sum(batch.count for _, batch in self.unrouted_batches)
-        return waiting + sum(p.buffered_messages for p in self.producers)
+        return waiting + sum(p.buffered_messages for p in self.owned_producers())
+
+    def owned_producers(self) -> list[PartitionProducer]:
+        """The producers this topic owns (all of them, unless it shares a broker topic)."""
+        if not self.borrowed:
+            return self.producers
+        return [p for p in self.producers if p.producer_id not in self.borrowed]
 
     def choose_any(self) -> PartitionProducer:
         """AnyPartition: stay on the current partition until its batch is sealed."""

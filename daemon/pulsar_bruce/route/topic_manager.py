@@ -61,6 +61,9 @@ class TopicManager:
         self.drivers: dict[int, ProducerDriver] = {}
         self.rate_limiter = RateLimiter(settings.refill)
         self._dirty: set[ProducerDriver] = set()
+        #: The one producer of each broker topic (a partition, or a non-partitioned topic),
+        #: whichever of the names senders use for it came first.
+        self._by_broker_topic: dict[str, PartitionProducer] = {}
         self._producer_ids = itertools.count(1)
         self._tasks: set[asyncio.Task[None]] = set()
         #: The parts the intake shares; they report back to this manager.
@@ -162,17 +165,24 @@ class TopicManager:
                 log.info("%s grew to %d partitions", topic.name, count)
         listener = self.outcomes.for_topic(topic)
         policy = self.settings.policy(topic)
-        new = []
+        new, attached = [], []
         for index, name in enumerate(names, start=len(topic.producers)):
+            producer = self._by_broker_topic.get(name)
+            if producer is not None:  # also addressed as t-partition-N, or as t: share it
+                topic.borrowed.add(producer.producer_id)
+                attached.append(producer)
+                continue
             producer = PartitionProducer(name, index, next(self._producer_ids), policy)
             if self.producer_name:
                 producer.name, producer.name_is_ours = self.producer_name, True
             self.drivers[producer.producer_id] = ProducerDriver(
                 producer, self.pool, listener, self.delivery
             )
+            self._by_broker_topic[name] = producer
             new.append(producer)
+            attached.append(producer)
         topic.partitioned = count > 0
-        topic.producers.extend(new)
+        topic.producers.extend(attached)
         self.appender.route_waiting(topic)
         for producer in new:
             self.drivers[producer.producer_id].start()

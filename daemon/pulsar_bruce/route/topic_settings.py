@@ -1,10 +1,12 @@
 """Per-topic options applied to topics and their producers, sans-IO.
 
-Batching limits, compression, the largest message and the rate limit can be
-set per topic (exact name or glob) in the config file; this module turns the
-resolved :class:`TopicSettings` into the objects the hot path reads: a shared
-:class:`BatchPolicy` per distinct setting, ``Topic.max_message_bytes`` and the
-rate-limit budget.  On SIGHUP the same code runs again with the new file.
+Batching limits (key-based batching too), compression, key routing, the
+largest message and the rate limit can be set per topic (exact name or glob)
+in the config file; this module turns the resolved :class:`TopicSettings`
+into the objects the hot path reads: a shared :class:`BatchPolicy` per
+distinct setting, ``Topic.max_message_bytes``, ``Topic.key_hash`` and the
+rate-limit budget.
+On SIGHUP the same code runs again with the new file.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from pulsar_bruce.batch.compression import codec
 from pulsar_bruce.config import Config, TopicSettings
 from pulsar_bruce.producer.partition_producer import BatchPolicy
+from pulsar_bruce.route.key_hash import HASHERS
 from pulsar_bruce.route.router import Topic
 
 
@@ -20,7 +23,7 @@ class TopicConfigurator:
 
     def __init__(self, config: Config):
         self.config = config
-        self._policies: dict[tuple[int, int, float, str, int], BatchPolicy] = {}
+        self._policies: dict[tuple[int, int, float, str, int, bool], BatchPolicy] = {}
         self.settings: dict[str, TopicSettings] = {}
 
     def policy(self, topic: Topic) -> BatchPolicy:
@@ -31,6 +34,7 @@ class TopicConfigurator:
             settings.batch_max_delay_ms,
             settings.compression,
             settings.compression_level,
+            settings.key_based_batching,
         )
         policy = self._policies.get(key)
         if policy is None:
@@ -41,6 +45,7 @@ class TopicConfigurator:
                 max_delay_s=settings.batch_max_delay_ms / 1000.0,
                 compression=compression,
                 compressor=compressor,
+                key_based=settings.key_based_batching,
             )
             self._policies[key] = policy
         return policy
@@ -50,13 +55,14 @@ class TopicConfigurator:
         settings = self.config.topic_settings(topic.name)
         self.settings[topic.name] = settings
         topic.max_message_bytes = settings.max_message_bytes
+        topic.key_hash = HASHERS[settings.key_routing]
         if settings.rate_limit_messages:
             if topic.rate_budget is None or topic.rate_budget > settings.rate_limit_messages:
                 topic.rate_budget = settings.rate_limit_messages
         else:
             topic.rate_budget = None
         policy = self.policy(topic)
-        for producer in topic.producers:
+        for producer in topic.owned_producers():
             producer.set_policy(policy)
         return settings
 

@@ -8,9 +8,12 @@ A spool file is a run of records::
 a corrupt record; a torn tail (a record cut short by a crash) is detected by
 its length or checksum, counted and skipped, never replayed as garbage.
 
-Kinds: ``DATAGRAM`` (a Bruce datagram exactly as received) and ``BATCH`` (a
+Kinds: ``DATAGRAM`` (a Bruce datagram exactly as received), ``BATCH`` (a
 sealed batch taken out of memory at shutdown: topic, partition, sequence id,
-message count and the uncompressed batch entries).
+message count and the uncompressed batch entries) and ``PRODUCED_BATCH`` (the
+same for a batch that had been sent, plus the producer name its sequence ids
+belong to, so its replay can reuse them and a broker with deduplication
+enabled can drop it if it had stored it).
 """
 
 from __future__ import annotations
@@ -25,9 +28,12 @@ import crc32c
 MAGIC: Final = b"BRSP"
 DATAGRAM: Final = 1
 BATCH: Final = 2
+PRODUCED_BATCH: Final = 3
+KINDS: Final = (DATAGRAM, BATCH, PRODUCED_BATCH)
 
 _HEADER = struct.Struct(">4sII")  # magic, length, crc
 _BATCH_HEAD = struct.Struct(">HiqI")  # topic length, partition, sequence id, count
+_NAME_LENGTH = struct.Struct(">H")  # PRODUCED_BATCH: producer name length, after the topic
 HEADER_SIZE: Final = _HEADER.size
 #: Largest body we believe; anything larger is corruption.
 MAX_RECORD: Final = 64 * 1024 * 1024
@@ -38,11 +44,21 @@ def encode(kind: int, body: bytes) -> bytes:
     return _HEADER.pack(MAGIC, len(payload), crc32c.crc32c(payload)) + payload
 
 
-def encode_batch(topic: str, partition: int, sequence_id: int, count: int, entries: bytes) -> bytes:
+def encode_batch(
+    topic: str,
+    partition: int,
+    sequence_id: int,
+    count: int,
+    entries: bytes,
+    producer_name: str = "",
+) -> bytes:
+    """A ``BATCH`` record, or a ``PRODUCED_BATCH`` one when ``producer_name`` is given."""
     name = topic.encode()
-    return encode(
-        BATCH, _BATCH_HEAD.pack(len(name), partition, sequence_id, count) + name + entries
-    )
+    head = _BATCH_HEAD.pack(len(name), partition, sequence_id, count) + name
+    if not producer_name:
+        return encode(BATCH, head + entries)
+    producer = producer_name.encode()
+    return encode(PRODUCED_BATCH, head + _NAME_LENGTH.pack(len(producer)) + producer + entries)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +68,22 @@ class SpooledBatch:
     sequence_id: int
     count: int
     entries: bytes
+    #: The producer name ``sequence_id`` belongs to (empty: the batch had not been sent).
+    producer_name: str = ""
 
 
-def decode_batch(body: bytes) -> SpooledBatch:
+def decode_batch(body: bytes, kind: int = BATCH) -> SpooledBatch:
     name_length, partition, sequence_id, count = _BATCH_HEAD.unpack_from(body, 0)
     start = _BATCH_HEAD.size
     topic = body[start : start + name_length].decode()
-    return SpooledBatch(topic, partition, sequence_id, count, body[start + name_length :])
+    start += name_length
+    producer_name = ""
+    if kind == PRODUCED_BATCH:
+        (producer_length,) = _NAME_LENGTH.unpack_from(body, start)
+        start += _NAME_LENGTH.size
+        producer_name = body[start : start + producer_length].decode()
+        start += producer_length
+    return SpooledBatch(topic, partition, sequence_id, count, body[start:], producer_name)
 
 
 @dataclass(slots=True)
@@ -101,7 +126,7 @@ def scan(data: bytes, final: bool) -> ScanResult:
                 continue
             break
         payload = data[offset + HEADER_SIZE : body_end]
-        if crc32c.crc32c(payload) != checksum or payload[0] not in (DATAGRAM, BATCH):
+        if crc32c.crc32c(payload) != checksum or payload[0] not in KINDS:
             corrupt += 1
             offset = _resync(data, offset + 1)
             continue

@@ -91,7 +91,7 @@ class Spooler:
                 previous_run = segment in self._previous_run_segments
                 self.replayer.replay_datagram(body, previous_run=previous_run)
             else:
-                self.replayer.replay_batch(records.decode_batch(body))
+                self.replayer.replay_batch(records.decode_batch(body, kind))
         self._after_replay()
 
     def stop_replaying(self) -> None:

@@ -17,7 +17,9 @@ def fake_topic(name: str, acked: int, buffered: int, ready: list[bool]) -> Any:
     stats.acked = acked
     stats.discarded["too_large"] = 1
     producers = [SimpleNamespace(ready=r) for r in ready]
-    return SimpleNamespace(name=name, stats=stats, buffered_messages=buffered, producers=producers)
+    return SimpleNamespace(
+        name=name, stats=stats, buffered_messages=buffered, producers=producers, name_conflicts=0
+    )
 
 
 def scrape(metrics: Metrics) -> dict[str, float]:

@@ -1,0 +1,133 @@
+"""Spool replay keeps a sent batch's producer name and sequence ids (sans-IO parts).
+
+Broker deduplication (pulsar-broker ``MessageDeduplication.isDuplicate``) drops
+a batch whose ``sequence_id`` is at most the highest it has stored for that
+producer name.  So a replayed batch may keep its ids only under the same name
+and only ahead of every id the producer has used since; and it must be sent
+before any batch numbered after it, or the broker would drop it (or a later one).
+"""
+
+from __future__ import annotations
+
+from pulsar_bruce.batch.batch_builder import BatchBuilder, split_batch
+from pulsar_bruce.frame.codec import FrameDecoder
+from pulsar_bruce.model.batch import SealedBatch
+from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
+from pulsar_bruce.route.appender import Appender
+from pulsar_bruce.route.router import Topic
+from pulsar_bruce.spool import records
+
+T = "persistent://public/default/t"
+
+
+class Events:
+    def batch_opened(self, producer: PartitionProducer) -> None:
+        pass
+
+    def batch_sealed(self, producer: PartitionProducer) -> None:
+        pass
+
+
+def entries(count: int, tag: bytes = b"m") -> bytes:
+    builder = BatchBuilder()
+    for i in range(count):
+        builder.append(b"", 0, tag + b"%d" % i, 0, 30)
+    return builder.seal().payload
+
+
+def spooled(sequence_id: int, count: int = 2, name: str = "edge") -> SealedBatch:
+    batch = SealedBatch(count=count, payload=entries(count), buffer_bytes=30 * count)
+    batch.sequence_id, batch.producer_name = sequence_id, name
+    return batch
+
+
+def topic_with_producer(name: str | None = "edge", ours: bool = True) -> Topic:
+    topic = Topic(T)
+    producer = PartitionProducer(T, 0, 7, BatchPolicy())
+    producer.name, producer.name_is_ours = name, ours
+    topic.producers.append(producer)
+    return topic
+
+
+def sent_ids(producer: PartitionProducer, last_sequence_id: int) -> list[tuple[int, int]]:
+    """Register (the broker says ``last_sequence_id``) and send: (sequence_id, highest) each."""
+    producer.on_registered(producer.name or "broker-named", last_sequence_id)
+    out = producer.frames_to_send(1)
+    ids = []
+    for frame in out.frames:
+        send = FrameDecoder().feed(frame)[0].command.send
+        ids.append((send.sequence_id, send.highest_sequence_id))
+    return ids
+
+
+# -- the spool record -------------------------------------------------------------------------
+
+
+def test_a_sent_batch_is_spooled_with_its_producer_name() -> None:
+    record = records.encode_batch(T, 2, 41, 3, b"ENTRIES", "edge-7")
+    ((kind, body),) = records.iter_records(record)
+    assert kind == records.PRODUCED_BATCH
+    assert records.decode_batch(body, kind) == records.SpooledBatch(
+        T, 2, 41, 3, b"ENTRIES", "edge-7"
+    )
+
+
+def test_an_unsent_batch_and_older_spool_files_use_the_plain_batch_record() -> None:
+    ((kind, body),) = records.iter_records(records.encode_batch(T, 0, -1, 3, b"E"))
+    assert kind == records.BATCH
+    assert records.decode_batch(body) == records.SpooledBatch(T, 0, -1, 3, b"E", "")
+
+
+# -- queueing a replayed batch ------------------------------------------------------------------
+
+
+def test_replayed_batches_keep_their_ids_in_order_and_new_ones_follow() -> None:
+    topic = topic_with_producer()
+    (producer,) = topic.producers
+    producer.batch.append(b"", 0, b"new", 0, 30)
+    producer.seal()  # a new batch, not numbered yet, already waiting
+    appender = Appender(Events())
+    appender.queue_sealed(topic, 0, spooled(10))
+    appender.queue_sealed(topic, 0, spooled(12, count=3))
+    # The broker had stored up to 11: the first replay is its duplicate, the second is new.
+    assert sent_ids(producer, 11) == [(10, 11), (12, 14), (15, 15)]
+
+
+def test_a_replay_under_another_name_is_numbered_afresh() -> None:
+    topic = topic_with_producer(name="edge-2")
+    Appender(Events()).queue_sealed(topic, 0, spooled(10))
+    (producer,) = topic.producers
+    assert producer.pending[0].sequence_id == -1
+    assert sent_ids(producer, -1) == [(0, 1)]
+
+
+def test_a_replay_is_numbered_afresh_when_the_broker_names_the_producer() -> None:
+    topic = topic_with_producer(name=None, ours=False)
+    Appender(Events()).queue_sealed(topic, 0, spooled(10))
+    assert topic.producers[0].pending[0].sequence_id == -1
+
+
+def test_a_replay_behind_ids_already_used_is_numbered_afresh() -> None:
+    topic = topic_with_producer()
+    (producer,) = topic.producers
+    producer.next_sequence_id = 20  # this run has sent up to 19 already
+    Appender(Events()).queue_sealed(topic, 0, spooled(10))
+    assert sent_ids(producer, 19) == [(20, 21)]
+
+
+def test_a_replayed_batch_goes_after_batches_already_numbered() -> None:
+    topic = topic_with_producer()
+    (producer,) = topic.producers
+    producer.batch.append(b"", 0, b"sent", 0, 30)
+    producer.seal()
+    assert sent_ids(producer, 4) == [(5, 5)]  # in flight, unconfirmed
+    producer.on_disconnected()
+    Appender(Events()).queue_sealed(topic, 0, spooled(6))
+    assert [b.sequence_id for b in producer.pending] == [5, 6]
+
+
+def test_a_split_replay_keeps_each_message_its_id() -> None:
+    first, rest = split_batch(spooled(10, count=5))
+    assert (first.sequence_id, first.highest_sequence_id) == (10, 11)
+    assert (rest.sequence_id, rest.highest_sequence_id) == (12, 14)
+    assert first.producer_name == rest.producer_name == "edge"
