@@ -3,18 +3,22 @@ recording transport, a broker connection and a connection pool that answer like 
 a recording delivery listener and a clock the tests move by hand.
 
 Nothing here sleeps to synchronise: :func:`until` polls a condition, yielding to the event
-loop, and fails once its deadline has passed.
+loop, and fails once its deadline has passed; :func:`until_soon` lets only ready callbacks
+run.  :func:`run_on_clock` runs a test on a :class:`FakeClockLoop`, whose time is a
+:class:`FakeClock` that jumps to the next timer whenever the loop would wait: a 30 s
+keep-alive or request timeout passes at once, in order, the same way every run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import selectors
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar
 
 from pulsar_bruce.connection.broker_connection import ConnectionClosedError
 from pulsar_bruce.connection.pool import BrokerAddress
@@ -23,6 +27,7 @@ from pulsar_bruce.frame.codec import DEFAULT_MAX_MESSAGE_SIZE, Frame, FrameDecod
 from pulsar_bruce.model.batch import SealedBatch
 
 _T = pb.BaseCommand
+_R = TypeVar("_R")
 
 #: Generous: a deadline only ends a test that has already failed.
 DEADLINE_S = 10.0
@@ -37,6 +42,16 @@ async def until(condition: Callable[[], object], what: str, timeout: float = DEA
         await asyncio.sleep(0.001)
 
 
+async def until_soon(condition: Callable[[], object], what: str, steps: int = 1000) -> None:
+    """Let the loop run what is ready (no timer fires, no time passes on a
+    :class:`FakeClockLoop`) until ``condition()`` holds; fail after ``steps`` turns."""
+    for _ in range(steps):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"{what}: not after {steps} loop turns")
+
+
 def decode_frames(data: bytes) -> list[Frame]:
     return FrameDecoder().feed(data)
 
@@ -47,6 +62,9 @@ class FakeClock:
 
     def __init__(self, start: float = 1000.0) -> None:
         self.now = start
+
+    def __call__(self) -> float:
+        return self.now
 
     def monotonic(self) -> float:
         return self.now
@@ -59,14 +77,69 @@ class FakeClock:
         return time.time_ns()
 
 
-class FakeTransport(asyncio.Transport):
-    """Records what a protocol does with its transport."""
+class Deadlock(AssertionError):
+    """A :class:`FakeClockLoop` would wait forever: nothing ready, no timer scheduled."""
 
-    def __init__(self) -> None:
+
+class _JumpingSelector(selectors.DefaultSelector):
+    """Never sleeps: where the loop would wait ``timeout`` seconds, the clock jumps instead."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self._clock = clock
+
+    def select(self, timeout: float | None = None) -> list[Any]:
+        ready: list[Any] = super().select(0)
+        if ready or (timeout is not None and timeout <= 0):
+            return ready
+        if timeout is None:
+            raise Deadlock("the event loop would wait forever: nothing ready or scheduled")
+        self._clock.advance(timeout)
+        return []
+
+
+class FakeClockLoop(asyncio.SelectorEventLoop):
+    """An event loop whose time is ``clock`` (see the module docstring).  No real sockets:
+    with nothing ready it never waits for one."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(selector=_JumpingSelector(clock))
+        self.clock = clock
+        #: Errors raised in callbacks (which a loop only logs); :func:`run_on_clock` fails on them.
+        self.errors: list[dict[str, Any]] = []
+        self.set_exception_handler(lambda _, context: self.errors.append(context))
+
+    def time(self) -> float:
+        return self.clock.now
+
+
+def run_on_clock(main: Coroutine[Any, Any, _R], clock: FakeClock) -> _R:
+    """Run ``main`` to completion on a fresh :class:`FakeClockLoop` driven by ``clock``;
+    an error raised in any callback meanwhile fails the test too."""
+    loop = FakeClockLoop(clock)
+    with asyncio.Runner(loop_factory=lambda: loop) as runner:
+        result = runner.run(main)
+    assert not loop.errors, f"errors in loop callbacks: {loop.errors}"
+    return result
+
+
+class FakeTransport(asyncio.Transport):
+    """Records what a protocol does with its transport.
+
+    Given the ``protocol``, it also plays the peer as a socket transport would: what the
+    test feeds (:meth:`feed`) reaches ``data_received`` one loop turn later, and ``close``,
+    ``abort`` or :meth:`lose` end in one ``connection_lost`` one turn later.
+    """
+
+    def __init__(self, protocol: asyncio.Protocol | None = None) -> None:
         super().__init__()
         self.written: list[bytes] = []
         self.calls: list[str] = []
         self.closing = False
+        self.protocol = protocol
+        #: Closed by the protocol with ``abort()`` (not by the peer, not by ``close()``).
+        self.aborted = False
+        self._undelivered = 0
 
     @property
     def data(self) -> bytes:
@@ -84,14 +157,57 @@ class FakeTransport(asyncio.Transport):
 
     def close(self) -> None:
         self.calls.append("close")
-        self.closing = True
+        self._shut()
 
     def abort(self) -> None:
         self.calls.append("abort")
-        self.closing = True
+        if not self.closing:
+            self.aborted = True
+        self._shut()
 
     def is_closing(self) -> bool:
         return self.closing
+
+    def _shut(self) -> None:
+        if self.closing:
+            return
+        self.closing = True
+        if self.protocol is not None:
+            asyncio.get_running_loop().call_soon(self.protocol.connection_lost, None)
+
+    # -- the peer's side (with a protocol) ---------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        """Bytes from the peer, handed to the protocol one loop turn later."""
+        assert self.protocol is not None, "feed needs the protocol"
+        self._undelivered += 1
+        asyncio.get_running_loop().call_soon(self._deliver, self.protocol, data)
+
+    def delivered(self) -> bool:
+        """Everything fed so far has reached the protocol (or was dropped: closed)."""
+        return self._undelivered == 0
+
+    def lose(self, exc: Exception | None = None) -> None:
+        """The peer ends the connection (``exc``: it was reset), one loop turn later."""
+        assert self.protocol is not None, "lose needs the protocol"
+        asyncio.get_running_loop().call_soon(self._lost, self.protocol, exc)
+
+    def commands(self) -> list[pb.BaseCommand]:
+        """Every command written so far, decoded."""
+        return [frame.command for frame in decode_frames(self.data)]
+
+    def command_types(self) -> list[str]:
+        return [_T.Type.Name(command.type) for command in self.commands()]
+
+    def _deliver(self, protocol: asyncio.Protocol, data: bytes) -> None:
+        self._undelivered -= 1
+        if not self.closing:
+            protocol.data_received(data)
+
+    def _lost(self, protocol: asyncio.Protocol, exc: Exception | None) -> None:
+        if not self.closing:
+            self.closing = True
+            protocol.connection_lost(exc)
 
 
 class FakeBrokerConnection:
