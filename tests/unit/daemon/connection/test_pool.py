@@ -10,7 +10,9 @@ of the Java client's BinaryProtoLookupService.getBroker.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -54,23 +56,47 @@ class FakeConnection:
         self.is_usable = False
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """One ``open_connection`` call the pool made."""
+
+    host: str
+    port: int
+    tls: bool
+    server_hostname: str | None
+    connect: pb.CommandConnect
+
+
 class Brokers:
     """The fake ``open_connection``: one script per ``host:port``, every connection kept."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
         self.scripts: dict[str, Answer] = {}
         self.opened: list[FakeConnection] = []
+        #: Every connection attempt, refused ones included.
+        self.attempts: list[Attempt] = []
         monkeypatch.setattr(pool_module, "open_connection", self.open)
 
     async def open(
-        self, host: str, port: int, core: ConnectionCore, **_: Any
+        self,
+        host: str,
+        port: int,
+        core: ConnectionCore,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
+        **_: Any,
     ) -> FakeConnection:
         await asyncio.sleep(0)  # let concurrent callers meet the same attempt
         (connect,) = FrameDecoder().feed(core.data_to_send())  # what would go on the wire
         assert connect.command.type == _T.CONNECT
         c = connect.command.connect
+        self.attempts.append(Attempt(host, port, ssl_context is not None, server_hostname, c))
+        script = self.scripts.get(f"{host}:{port}")
+        if script is None:
+            raise ConnectionRefusedError(111, f"nothing listens on {host}:{port}")
         proxy_to = c.proxy_to_broker_url if c.HasField("proxy_to_broker_url") else None
-        connection = FakeConnection(host, port, proxy_to, self.scripts[f"{host}:{port}"])
+        connection = FakeConnection(host, port, proxy_to, script)
         self.opened.append(connection)
         return connection
 
@@ -232,3 +258,133 @@ def test_one_connection_per_address_shared_and_replaced_when_unusable(
     assert len(brokers.opened) == 3
     pool.close_all()
     assert pool.connections == [] and not any(c.is_usable for c in brokers.opened)
+
+
+# -- lookups: the edges of the redirect rules ------------------------------------------------------
+
+
+def test_the_last_redirect_within_the_limit_is_followed(monkeypatch: pytest.MonkeyPatch) -> None:
+    brokers = Brokers(monkeypatch)
+    redirect = lookup_answer("pulsar://svc:6650", _Lookup.Redirect)
+    found = lookup_answer("pulsar://owner:6650")
+    answered = 0
+
+    def answer(command: pb.BaseCommand) -> pb.BaseCommand:
+        nonlocal answered
+        answered += 1
+        return redirect(command) if answered <= MAX_REDIRECTS else found(command)
+
+    brokers.scripts["svc:6650"] = answer
+    assert run(ConnectionPool("pulsar://svc:6650").lookup("t")) == BrokerAddress(
+        "pulsar://owner:6650"
+    )
+    assert answered == MAX_REDIRECTS + 1
+    assert len(brokers.opened) == 1  # every redirect to the same broker reuses its connection
+
+
+def test_a_redirect_to_a_proxied_broker_is_looked_up_through_the_proxy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """BinaryProtoLookupService.getBroker: a Redirect with ``proxy_through_service_url`` is
+    asked again on a service-URL connection that names the broker as its proxy target."""
+    brokers = Brokers(monkeypatch)
+    redirect = lookup_answer("pulsar://b:6650", _Lookup.Redirect, authoritative=True, proxy=True)
+    found = lookup_answer("pulsar://b:6650", proxy=True)
+
+    def answer(command: pb.BaseCommand) -> pb.BaseCommand:
+        proxied = brokers.opened[-1].proxy_to is not None  # the connection being asked
+        return found(command) if proxied else redirect(command)
+
+    brokers.scripts["svc:6650"] = answer
+    address = run(ConnectionPool("pulsar://svc:6650").lookup("t"))
+    assert address == BrokerAddress("pulsar://svc:6650", proxy_to="b:6650")
+    asked = [
+        (c.host, c.proxy_to, [r.lookupTopic.authoritative for r in c.requests])
+        for c in brokers.opened
+    ]
+    assert asked == [("svc", None, [False]), ("svc", "b:6650", [True])]
+
+
+def test_tls_takes_the_tls_url_and_names_each_host_for_verification(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def answer(url_tls: str, response: int) -> Answer:
+        def reply(command: pb.BaseCommand) -> pb.BaseCommand:
+            command_reply = lookup_answer("pulsar://plain-only:6650", response)(command)
+            command_reply.lookupTopicResponse.brokerServiceUrlTls = url_tls
+            return command_reply
+
+        return reply
+
+    brokers = Brokers(monkeypatch)
+    brokers.scripts["svc:6651"] = answer("pulsar+ssl://owner:6651", _Lookup.Redirect)
+    brokers.scripts["owner:6651"] = answer("pulsar+ssl://owner:6651", _Lookup.Connect)
+    address = run(ConnectionPool("pulsar+ssl://svc:6651").lookup("t"))
+    assert address == BrokerAddress("pulsar+ssl://owner:6651")
+    assert [(a.host, a.port, a.tls, a.server_hostname) for a in brokers.attempts] == [
+        ("svc", 6651, True, "svc"),
+        ("owner", 6651, True, "owner"),
+    ]
+
+
+# -- connections: failures, service hosts, credentials ---------------------------------------------
+
+
+def test_a_refused_connection_raises_for_every_waiting_caller_and_the_next_get_tries_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    brokers = Brokers(monkeypatch)
+    pool = ConnectionPool("pulsar://svc:6650")
+    address = pool.service_address()
+
+    async def scenario() -> None:
+        refused = await asyncio.gather(pool.get(address), pool.get(address), return_exceptions=True)
+        assert [type(error) for error in refused] == [ConnectionRefusedError] * 2
+        assert len(brokers.attempts) == 1  # one shared attempt
+        brokers.scripts["svc:6650"] = lookup_answer("pulsar://svc:6650")
+        assert (await pool.get(address)).is_usable
+
+    run(scenario())
+    assert len(brokers.attempts) == 2 and len(brokers.opened) == 1
+
+
+def test_the_service_url_hosts_are_used_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    brokers = Brokers(monkeypatch)
+    brokers.scripts["a:6650"] = brokers.scripts["b:6650"] = metadata_answer(2)
+    pool = ConnectionPool("pulsar://a:6650,b")
+
+    async def scenario() -> None:
+        for _ in range(3):
+            assert await pool.partition_count("t") == 2
+
+    run(scenario())
+    assert [a.host for a in brokers.attempts] == ["a", "b"]  # then a's connection again
+    assert [len(c.requests) for c in brokers.opened] == [2, 1]
+
+
+def test_each_new_connection_asks_the_auth_provider_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tokens = iter([b"token-1", b"token-2"])
+
+    class Rotating:
+        method_name = "token"
+
+        def auth_data(self) -> bytes:
+            return next(tokens)
+
+    brokers = Brokers(monkeypatch)
+    brokers.scripts["svc:6650"] = lookup_answer("pulsar://svc:6650")
+    pool = ConnectionPool("pulsar://svc:6650", auth=Rotating())
+
+    async def scenario() -> None:
+        first = await pool.get(pool.service_address())
+        assert await pool.get(pool.service_address()) is first  # no new credentials
+        first.close()  # lost: the next get connects anew
+        await pool.get(pool.service_address())
+
+    run(scenario())
+    assert [(a.connect.auth_method_name, a.connect.auth_data) for a in brokers.attempts] == [
+        ("token", b"token-1"),
+        ("token", b"token-2"),
+    ]
