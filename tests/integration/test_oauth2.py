@@ -116,6 +116,8 @@ def test_the_issuers_token_goes_in_connect(
     post = next(r for r in issuer.requests() if r.path == TOKEN_PATH)
     assert post.form["audience"] == "urn:pulsar:bruce-test"
     assert post.form["grant_type"] == "client_credentials"
+    assert daemon.terminate() == 0  # the token refresher does not hold up a clean stop
+    assert "Traceback" not in daemon.log()
 
 
 def test_an_unreachable_issuer_is_retried_and_connections_wait(
