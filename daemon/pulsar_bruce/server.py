@@ -24,6 +24,7 @@ from typing import Any
 
 from pulsar_bruce import reasons
 from pulsar_bruce.config import TOPIC_OPTIONS, Config, ConfigError
+from pulsar_bruce.connection.oauth2 import OAuth2Options
 from pulsar_bruce.connection.pool import ConnectionPool
 from pulsar_bruce.connection.security import ConnectionSecurity, SecuritySetupError
 from pulsar_bruce.input.socket_reader import DatagramReader
@@ -367,10 +368,24 @@ def connection_security(config: Config) -> ConnectionSecurity:
             verify_hostname=config.tls_verify_hostname,
             token_file=config.auth_token_file,
             token=config.auth_token,
+            oauth2=oauth2_options(config),
             metrics_listen=config.metrics_listen,
         )
     except SecuritySetupError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def oauth2_options(config: Config) -> OAuth2Options | None:
+    """The ``--oauth2-*`` options, or None when no issuer is configured."""
+    if not config.oauth2_issuer_url or config.oauth2_credentials_file is None:
+        return None
+    return OAuth2Options(
+        config.oauth2_issuer_url,
+        config.oauth2_credentials_file,
+        audience=config.oauth2_audience,
+        scope=config.oauth2_scope,
+        ca_file=config.oauth2_ca_file,
+    )
 
 
 def stable_producer_name(prefix: str, socket_path: str) -> str | None:

@@ -133,3 +133,24 @@ def _check_consistency(config: Config) -> None:
         raise ConfigError(
             f"--auth-token-file: {AUTH_TOKEN_ENV} is set too; give the token one way only"
         )
+    _check_oauth2(config)
+
+
+def _check_oauth2(config: Config) -> None:
+    """The issuer and the credentials go together, and replace a fixed token."""
+    issuer, credentials = bool(config.oauth2_issuer_url), config.oauth2_credentials_file
+    if issuer != (credentials is not None):
+        missing = "--oauth2-credentials-file" if issuer else "--oauth2-issuer-url"
+        raise ConfigError(
+            f"{missing}: --oauth2-issuer-url and --oauth2-credentials-file go together"
+        )
+    if not issuer:
+        return
+    scheme = config.oauth2_issuer_url.split("://", 1)[0].lower()
+    if scheme not in ("https", "http") or "://" not in config.oauth2_issuer_url:
+        raise ConfigError(
+            f"--oauth2-issuer-url: expected an https:// URL, got {config.oauth2_issuer_url!r}"
+        )
+    if config.auth_token is not None or config.auth_token_file is not None:
+        given = "--auth-token-file" if config.auth_token_file else AUTH_TOKEN_ENV
+        raise ConfigError(f"--oauth2-issuer-url: {given} is set too; use one or the other")

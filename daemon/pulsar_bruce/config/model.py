@@ -79,6 +79,20 @@ class _ProcessOptions:
         None, parse_optional_path,
         "file holding a Pulsar auth token, re-read for every new connection "
         f"(or the token itself in ${AUTH_TOKEN_ENV})", "PATH")
+    oauth2_issuer_url: str = option(
+        "", parse_text,
+        "OAuth2 issuer (https://...) whose OpenID metadata names the token endpoint; "
+        "with --oauth2-credentials-file, its access tokens authenticate us", "URL")
+    oauth2_credentials_file: str | None = option(
+        None, parse_optional_path,
+        "JSON file with the OAuth2 client_id and client_secret (client credentials)", "PATH")
+    oauth2_audience: str = option(
+        "", parse_text, "audience asked for in OAuth2 tokens (empty: none sent)", "TEXT")
+    oauth2_scope: str = option(
+        "", parse_text, "scope asked for in OAuth2 tokens (empty: none sent)", "TEXT")
+    oauth2_ca_file: str | None = option(
+        None, parse_optional_path,
+        "PEM CA certificates to trust for the OAuth2 issuer (default: the system's)", "PATH")
     metrics_listen: tuple[str, int] | None = option(
         "127.0.0.1:9090", parse_listen, "Prometheus /metrics address, or off", "HOST:PORT")
     buffer_max_bytes: int = option(

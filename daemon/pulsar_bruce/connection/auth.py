@@ -6,6 +6,9 @@ The token is sent in ``CommandConnect`` (``auth_method_name = "token"``,
 later with ``auth_data = "refresh"`` when it wants fresh credentials).  A token
 file is re-read each time, so a rotated token is picked up without a restart.
 
+An OAuth2 token (``connection/oauth2.py``) is a token too; its provider's
+``ready()`` waits until the issuer has given one.
+
 The token itself never reaches a log line, an exception message, ``repr()`` or
 a metric: it lives in a :class:`~pulsar_bruce.model.secret.Secret`.
 
@@ -43,6 +46,9 @@ class AuthProvider(Protocol):
     @property
     def method_name(self) -> str: ...
 
+    async def ready(self) -> None:
+        """Wait until credentials are at hand (an OAuth2 token is fetched from its issuer)."""
+
     def auth_data(self) -> bytes: ...
 
 
@@ -75,6 +81,9 @@ class TokenAuth:
             raise AuthSetupError(f"{self.path} is empty")
         return token
 
+    async def ready(self) -> None:
+        return None
+
     def auth_data(self) -> bytes:
         """The current token; a file that became unreadable keeps the last good token."""
         if self.path is None:
@@ -105,6 +114,9 @@ class TlsAuth:
     """Mutual-TLS authentication: the client certificate is the credential, not these bytes."""
 
     method_name = TLS_METHOD
+
+    async def ready(self) -> None:
+        return None
 
     def auth_data(self) -> bytes:
         return b""

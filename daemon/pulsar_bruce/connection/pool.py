@@ -115,6 +115,8 @@ class ConnectionPool:
             host = parsed.hostname or ""
             port = parsed.port or (6651 if self.service.tls else 6650)
             auth = self._auth
+            if auth is not None:
+                await auth.ready()  # an OAuth2 token may still be on its way
             core = ConnectionCore(
                 asyncio.get_running_loop().time(),
                 proxy_to_broker_url=address.proxy_to,

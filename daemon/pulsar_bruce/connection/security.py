@@ -14,6 +14,7 @@ import ssl
 from dataclasses import dataclass
 
 from pulsar_bruce.connection.auth import AuthProvider, AuthSetupError, TlsAuth, TokenAuth
+from pulsar_bruce.connection.oauth2 import OAuth2Options, oauth2_auth
 from pulsar_bruce.connection.tls import TlsSetupError, build_ssl_context
 from pulsar_bruce.model.secret import Secret
 from pulsar_bruce.model.service_url import ServiceUrl
@@ -43,10 +44,11 @@ class ConnectionSecurity:
         verify_hostname: bool = True,
         token_file: str | None = None,
         token: Secret | None = None,
+        oauth2: OAuth2Options | None = None,
         metrics_listen: tuple[str, int] | None = None,
     ) -> ConnectionSecurity:
-        """TLS for ``pulsar+ssl://``, token auth from a file or a value (else, with a client
-        certificate, TLS auth), and start warnings."""
+        """TLS for ``pulsar+ssl://``, token auth from a file, a value or an OAuth2 issuer
+        (else, with a client certificate, TLS auth), and start warnings."""
         warnings = []
         tls = ServiceUrl.parse(service_url).tls
         ssl_context = None
@@ -73,6 +75,8 @@ class ConnectionSecurity:
                 auth = TokenAuth(path=token_file)
             except AuthSetupError as exc:
                 raise SecuritySetupError(f"--auth-token-file: {exc}") from None
+        elif oauth2 is not None:
+            auth = _oauth2(oauth2, warnings)
         elif token is not None:
             auth = TokenAuth(token=token)  # a value in memory cannot be unreadable
         elif ssl_context is not None and cert_file is not None:
@@ -85,6 +89,21 @@ class ConnectionSecurity:
         if exposed:
             warnings.append(exposed)
         return cls(ssl_context, auth, tuple(warnings))
+
+
+def _oauth2(options: OAuth2Options, warnings: list[str]) -> AuthProvider:
+    """The OAuth2 provider: the issuer's TLS context and the credentials file, checked now."""
+    try:
+        context = build_ssl_context(ca_file=options.ca_file)
+    except TlsSetupError as exc:
+        reason = str(exc).removeprefix(f"{exc.option}: ")
+        raise SecuritySetupError(f"--oauth2-ca-file: {reason}") from None
+    if options.issuer_url.lower().startswith("http://"):
+        warnings.append("the OAuth2 client secret is sent to the issuer unencrypted (use https://)")
+    try:
+        return oauth2_auth(options, context)
+    except AuthSetupError as exc:
+        raise SecuritySetupError(f"--oauth2-credentials-file: {exc}") from None
 
 
 def metrics_exposure_warning(listen: tuple[str, int] | None) -> str | None:
