@@ -370,6 +370,9 @@ def test_each_new_connection_asks_the_auth_provider_again(
     class Rotating:
         method_name = "token"
 
+        async def ready(self) -> None:
+            """Nothing to wait for (an OAuth2 provider waits for its first token here)."""
+
         def auth_data(self) -> bytes:
             return next(tokens)
 
