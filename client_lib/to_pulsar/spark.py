@@ -45,6 +45,7 @@ Needs pyspark >= 4.0 on the driver; ``import to_pulsar`` itself never imports py
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import functools
 import hashlib
 import importlib.util
@@ -69,7 +70,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from .protocol import FlushResult
-from .spark_plan import OPTIONS, narrow, plan_write, write_options
+from .spark_plan import OPTIONS, plan_write, write_options
 from .spark_task import INVALID, TaskPlan, TaskResult, ToPulsarSparkError
 
 try:  # pyspark >= 4.1: the stream writer gets Arrow batches too
@@ -165,10 +166,29 @@ class WriteSummary:
     discarded: dict[str, int] = field(default_factory=dict)
 
 
+def _narrow(df: DataFrame, plan: TaskPlan) -> tuple[DataFrame, TaskPlan]:
+    """Only the columns the tasks read, timestamps as exact microseconds from the JVM
+    (pyspark would hand them out as naive local datetimes)."""
+    from pyspark.sql import functions
+
+    names = ("value", "key", "partition_key", "topic_column", "timestamp")
+    used = [name for name in names if getattr(plan, name) is not None]
+    columns = []
+    for name in used:
+        column = df[getattr(plan, name)]
+        if name == "timestamp" and plan.timestamp_kind == "ts":
+            column = functions.unix_micros(column)
+        columns.append(column.alias(name))
+    positions: dict[str, Any] = {name: None for name in names}
+    positions.update({name: index for index, name in enumerate(used)})
+    kind = "us" if plan.timestamp_kind == "ts" else plan.timestamp_kind
+    return df.select(*columns), dataclasses.replace(plan, timestamp_kind=kind, **positions)
+
+
 def _write_rows(df: DataFrame, options: dict[str, str], what: str) -> WriteSummary:
     plan = plan_write(options, df.schema)
     ship(df.sparkSession)
-    rows, plan = narrow(df, plan)
+    rows, plan = _narrow(df, plan)
     try:
         results: list[TaskResult] = rows.rdd.mapPartitions(plan.write_partition).collect()
     except Exception as exc:  # Spark's wrapping of the failed task's exception

@@ -1,57 +1,41 @@
 """Planning a to_pulsar Spark write on the driver: check the schema and options, once.
 
 The result, a :class:`~to_pulsar.spark_task.TaskPlan`, is what every task gets.
+Column types are recognised by their Spark type names (``DataType.typeName()``),
+so this module, like the task side, imports nothing outside the standard library.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import TYPE_CHECKING, Any
-
-from pyspark.sql.types import (
-    BinaryType,
-    ByteType,
-    DataType,
-    IntegerType,
-    LongType,
-    ShortType,
-    StringType,
-    StructType,
-    TimestampNTZType,
-    TimestampType,
-)
+from typing import Any
 
 from .spark_task import TaskPlan, ToPulsarSparkError
 
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
-__all__ = ["DEFAULT_FLUSH_TIMEOUT_MS", "OPTIONS", "narrow", "plan_write", "write_options"]
+__all__ = ["DEFAULT_FLUSH_TIMEOUT_MS", "OPTIONS", "plan_write", "write_options"]
 
 #: The options, as the format and :func:`to_pulsar.spark.write` spell them (case-insensitive).
 OPTIONS = ("socket", "topic", "flushTimeoutMs", "tolerateDiscards")
 DEFAULT_FLUSH_TIMEOUT_MS = 60_000
 
-_INTEGER_TYPES = (ByteType, ShortType, IntegerType, LongType)
+_TEXT = ("string", "binary")
+_INTEGERS = ("byte", "short", "integer", "long")
+_TIMESTAMPS = ("timestamp", "timestamp_ntz")
 
 
-def _type_name(data_type: DataType) -> str:
-    return str(data_type.simpleString())
-
-
-def plan_write(options: Any, schema: StructType) -> TaskPlan:
-    """Check the schema and options (before any task starts) and say where each column is."""
-    columns: dict[str, tuple[int, DataType]] = {}
+def plan_write(options: Any, schema: Any) -> TaskPlan:
+    """Check the schema (a pyspark StructType) and options before any task starts, and say
+    where each column is."""
+    columns: dict[str, tuple[int, Any]] = {}
     for index, struct_field in enumerate(schema.fields):
         columns.setdefault(struct_field.name.lower(), (index, struct_field.dataType))
 
-    def column(name: str, allowed: tuple[type, ...], expected: str) -> int | None:
+    def column(name: str, allowed: tuple[str, ...], expected: str) -> int | None:
         if name not in columns:
             return None
         index, data_type = columns[name]
-        if not isinstance(data_type, allowed):
+        if data_type.typeName() not in allowed:
             raise ToPulsarSparkError(
-                f"to_pulsar: column '{name}' must be {expected}, not {_type_name(data_type)}"
+                f"to_pulsar: column '{name}' must be {expected}, not {data_type.simpleString()}"
             )
         return index
 
@@ -59,25 +43,23 @@ def plan_write(options: Any, schema: StructType) -> TaskPlan:
         raise ToPulsarSparkError(
             "to_pulsar: the DataFrame needs a 'value' column (string or binary)"
         )
-    value = column("value", (StringType, BinaryType), "string or binary")
+    value = column("value", _TEXT, "string or binary")
     assert value is not None
-    key = column("key", (StringType, BinaryType), "string or binary")
+    key = column("key", _TEXT, "string or binary")
     partition_key = column(
-        "partition_key", _INTEGER_TYPES, "an integer type (tinyint, smallint, int or bigint)"
+        "partition_key", _INTEGERS, "an integer type (tinyint, smallint, int or bigint)"
     )
-    topic_column = column("topic", (StringType,), "string")
+    topic_column = column("topic", ("string",), "string")
     timestamp = column(
         "timestamp",
-        (TimestampType, TimestampNTZType, *_INTEGER_TYPES),
+        _TIMESTAMPS + _INTEGERS,
         "timestamp, timestamp_ntz or bigint (milliseconds since the epoch)",
     )
-    kind = "ms"
+    kind = "ms"  # "ntz" for timestamp_ntz, "ts" for timestamp
     if timestamp is not None:
-        data_type = columns["timestamp"][1]
-        if isinstance(data_type, TimestampNTZType):
-            kind = "ntz"
-        elif isinstance(data_type, TimestampType):
-            kind = "ts"
+        kind = {"timestamp_ntz": "ntz", "timestamp": "ts"}.get(
+            columns["timestamp"][1].typeName(), "ms"
+        )
 
     topic = options.get("topic") or None
     if topic is None and topic_column is None:
@@ -136,22 +118,3 @@ def write_options(options: dict[str, object]) -> dict[str, str]:
         if value is not None:
             result[canonical] = str(value).lower() if isinstance(value, bool) else str(value)
     return result
-
-
-def narrow(df: DataFrame, plan: TaskPlan) -> tuple[DataFrame, TaskPlan]:
-    """Only the columns the tasks read, timestamps as exact microseconds from the JVM
-    (pyspark would hand them out as naive local datetimes)."""
-    from pyspark.sql import functions
-
-    names = ("value", "key", "partition_key", "topic_column", "timestamp")
-    used = [name for name in names if getattr(plan, name) is not None]
-    columns = []
-    for name in used:
-        column = df[getattr(plan, name)]
-        if name == "timestamp" and plan.timestamp_kind == "ts":
-            column = functions.unix_micros(column)
-        columns.append(column.alias(name))
-    positions: dict[str, Any] = {name: None for name in names}
-    positions.update({name: index for index, name in enumerate(used)})
-    kind = "us" if plan.timestamp_kind == "ts" else plan.timestamp_kind
-    return df.select(*columns), dataclasses.replace(plan, timestamp_kind=kind, **positions)

@@ -1,9 +1,9 @@
 """What one Spark task does: rows (or Arrow batches) -> stream records -> flush -> counts.
 
 This is the executor side of :mod:`to_pulsar.spark`. It imports neither pyspark
-nor pyarrow (Arrow batches arrive already built; the one cast they need imports
-pyarrow then), so it runs in whatever Python Spark starts on an executor, once
-:func:`to_pulsar.spark.register` has shipped the package there.
+nor pyarrow (Arrow batches arrive already built), so it runs in whatever Python
+Spark starts on an executor, once :func:`to_pulsar.spark.register` has shipped
+the package there.
 """
 
 from __future__ import annotations
@@ -135,11 +135,8 @@ class TaskPlan:
             if self.timestamp_kind == "ms":
                 timestamps = raw.to_pylist()
             else:  # microseconds since the epoch (UTC; wall clock for timestamp_ntz)
-                import pyarrow
-
                 timestamps = [
-                    None if us is None else us // 1000
-                    for us in raw.cast(pyarrow.int64()).to_pylist()
+                    None if us is None else us // 1000 for us in raw.cast("int64").to_pylist()
                 ]
         return zip(
             column(self.value),

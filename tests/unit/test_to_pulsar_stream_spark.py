@@ -346,7 +346,8 @@ def test_the_shipped_zip_runs_the_task_side_without_site_packages() -> None:
     assert not [n for n in names if not n.startswith("to_pulsar/") or n.endswith(".pyc")]
     # -I -S: no site-packages at all, so neither pyspark nor pyarrow nor an installed to_pulsar.
     script = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import to_pulsar.spark_task as t; "
+        "import sys; sys.path.insert(0, sys.argv[1]); "
+        "import to_pulsar.spark_task as t, to_pulsar.spark_plan; "
         "assert t.__file__.startswith(sys.argv[1]), t.__file__; "
         "assert not {'pyspark', 'pyarrow'} & set(sys.modules); print('ok')"
     )
