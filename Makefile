@@ -2,18 +2,26 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-stamp
+PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
+# Two installs: `make run` needs the package and the broker ([run]); the rest ([test]) only
+# what tests and tools need.
+RUN_STAMP := $(VENV)/.run-stamp
+STAMP     := $(VENV)/.test-stamp
 
 .PHONY: run test unit lint proto bench clean
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(PIP) -e '.[run]'
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP) pyproject.toml
+	$(PIP) --upgrade pip
+	$(PIP) -e '.[test]'
 	touch $(STAMP)
 
 ## run: the daemon in the foreground on an embedded pulsar-lite broker (127.0.0.1:6650, ./data)
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/python examples/run_local.py
 
 ## test: lint, type-check and the whole suite, real-broker tests included

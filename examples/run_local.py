@@ -1,102 +1,262 @@
 """`make run`: pulsar-lite on 127.0.0.1:6650 (data in ./data) plus the daemon in the foreground.
 
-The daemon's socket is ./run/bruce.sock and its metrics are on 127.0.0.1:9090.
-Ctrl-C stops the daemon (which delivers what it buffered) and then the broker.
+The daemon's socket is ./run/bruce.sock (its stream socket ./run/bruce.stream.sock)
+and its metrics are on 127.0.0.1:9090. Ctrl-C (SIGINT), SIGTERM and SIGHUP stop
+the daemon (which delivers what it buffered) and then the broker; should this
+process die without doing so, the kernel sends both SIGTERM (Linux). If a port
+is taken it starts nothing and says, in one line, what holds it.
+
+Options (for tests and second copies): --broker-port, --metrics-port, --data DIR, --run DIR.
 """
 
 from __future__ import annotations
 
+import argparse
+import ctypes
+import errno
 import os
+import pwd
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-
-from pulsar_lite.binary_finder import find_pulsar_lite_binary
+from types import FrameType
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "data"
-RUN = ROOT / "run"
-BROKER_ADDR = ("127.0.0.1", 6650)
-SOCKET = RUN / "bruce.sock"
+HOST = "127.0.0.1"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def wait_for_port(
-    address: tuple[str, int], broker: subprocess.Popen[bytes], timeout: float
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if broker.poll() is not None:
-            sys.exit(f"pulsar-lite exited ({broker.returncode}); see {DATA / 'broker.log'}")
+# -- who holds a port ----------------------------------------------------------------------------
+
+
+def port_taken(port: int) -> bool:
+    """True if 127.0.0.1:port cannot be bound (something listens there, or on all addresses)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is not "taken"
         try:
-            with socket.create_connection(address, timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.1)
-    sys.exit(f"pulsar-lite did not listen on {address[0]}:{address[1]} within {timeout:.0f} s")
+            sock.bind((HOST, port))
+        except OSError as exc:
+            return exc.errno in (errno.EADDRINUSE, errno.EACCES)
+    return False
 
 
-def main() -> None:
-    DATA.mkdir(exist_ok=True)
-    RUN.mkdir(exist_ok=True)
-    config = DATA / "pulsar-lite.toml"
-    config.write_text("default_partitions = 4\n\n[metrics]\nenabled = false\n")
-    with (DATA / "broker.log").open("ab") as log:
-        broker = subprocess.Popen(
-            [
-                find_pulsar_lite_binary(),
-                "--config",
-                str(config),
-                "--addr",
-                f"{BROKER_ADDR[0]}:{BROKER_ADDR[1]}",
-                "--db-path",
-                str(DATA / "db"),
-            ],
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
+def accepts(port: int) -> bool:
+    """True once something accepts connections on 127.0.0.1:port (a probe that binds
+    nothing, so it cannot get in the way of the child binding it)."""
     try:
-        wait_for_port(BROKER_ADDR, broker, 30)
-        bin_dir = Path(sys.executable).parent
-        print(
-            f"""
-pulsar-lite is listening on pulsar://127.0.0.1:6650 (data in {DATA}).
-Starting pulsar-bruce: socket {SOCKET}, metrics http://127.0.0.1:9090/metrics
+        with socket.create_connection((HOST, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _listening_sockets(port: int) -> dict[str, int]:
+    """``{"socket:[inode]": uid}`` of the TCP sockets listening on ``port`` (Linux /proc)."""
+    found = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            local, state, uid, inode = fields[1], fields[3], fields[7], fields[9]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                found[f"socket:[{inode}]"] = int(uid)
+    return found
+
+
+def port_holder(port: int) -> tuple[int | None, str]:
+    """(pid, description) of what listens on ``port``: ``pid 42 (pulsar-lite --addr ...)``."""
+    sockets = _listening_sockets(port)
+    if not sockets:
+        return None, "something"
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in sockets for fd in (proc / "fd").iterdir()):
+                command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+                if len(command) > 100:
+                    command = command[:97] + "..."
+                return int(proc.name), f"pid {proc.name} ({command})"
+        except OSError:  # gone, or not ours to look at
+            continue
+    uid = next(iter(sockets.values()))
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = str(uid)
+    return None, f"a process of user {user}"
+
+
+def refuse_taken_ports(ports: dict[int, str]) -> None:
+    """Exit with one line if any port is taken, naming what holds each."""
+    taken = [
+        f"port {port} ({role}) is taken by {port_holder(port)[1]}"
+        for port, role in ports.items()
+        if port_taken(port)
+    ]
+    if taken:
+        sys.exit(f"run_local: not starting: {'; '.join(taken)}")
+
+
+# -- children ------------------------------------------------------------------------------------
+
+
+def _child_setup(parent: int) -> Callable[[], None]:
+    """In the child before exec: take the stop signals again, and (Linux) get SIGTERM
+    when this process dies, however it dies."""
+
+    libc = ctypes.CDLL(None) if sys.platform == "linux" else None
+
+    def setup() -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        if libc is not None:
+            libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+            if os.getppid() != parent:  # it died before prctl
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    return setup
+
+
+def start(command: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """Start a child with the stop signals blocked here, so a signal cannot arrive between
+    the fork and our knowing the child's pid (it is delivered right after)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        return subprocess.Popen(command, preexec_fn=_child_setup(os.getpid()), **kwargs)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+class Stopped(Exception):
+    """A stop signal arrived before the daemon was running."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class Runner:
+    """The broker and the daemon; a stop signal is forwarded to the daemon as SIGTERM, once."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.broker: subprocess.Popen[bytes] | None = None
+        self.daemon: subprocess.Popen[bytes] | None = None
+        self.stopping = False
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        if self.daemon is None:
+            raise Stopped(signum)  # still starting: unwind, and `finally` stops the broker
+        self.daemon.send_signal(signal.SIGTERM)
+
+    def wait_until(self, ready: Callable[[], bool], child: subprocess.Popen[bytes], what: str,
+                   log: str) -> None:  # fmt: skip
+        deadline = time.monotonic() + 30
+        while not ready():
+            if child.poll() is not None:
+                sys.exit(f"run_local: {what} exited ({child.returncode}); see {log}")
+            if time.monotonic() > deadline:
+                sys.exit(f"run_local: {what} did not start within 30 s; see {log}")
+            time.sleep(0.1)
+
+    def run(self) -> int:
+        args = self.args
+        data, run = Path(args.data), Path(args.run)
+        data.mkdir(parents=True, exist_ok=True)
+        run.mkdir(parents=True, exist_ok=True)
+        config = data / "pulsar-lite.toml"
+        config.write_text("default_partitions = 4\n\n[metrics]\nenabled = false\n")
+        from pulsar_lite.binary_finder import find_pulsar_lite_binary
+
+        with (data / "broker.log").open("ab") as log:
+            self.broker = start(
+                [find_pulsar_lite_binary(), "--config", str(config),
+                 "--addr", f"{HOST}:{args.broker_port}", "--db-path", str(data / "db")],
+                stdout=log, stderr=log, start_new_session=True,
+            )  # fmt: skip
+        self.wait_until(
+            lambda: accepts(args.broker_port), self.broker, "pulsar-lite", str(log.name)
+        )
+        sock = run / "bruce.sock"
+        self.daemon = start(
+            [sys.executable, "-m", "pulsar_bruce", "--socket", str(sock),
+             "--service-url", f"pulsar://{HOST}:{args.broker_port}",
+             "--metrics-listen", f"{HOST}:{args.metrics_port}"],
+            start_new_session=True,  # signals reach it from us only: SIGHUP would mean reload
+        )  # fmt: skip
+        self.wait_until(
+            lambda: sock.exists() and accepts(args.metrics_port),
+            self.daemon,
+            "pulsar-bruce",
+            "its log above",
+        )
+        print(hint(args, sock), flush=True)
+        return self.daemon.wait()
+
+    def stop(self) -> None:
+        """The daemon first (it delivers what it holds), then the broker."""
+        self.stopping = True  # from here on, signals change nothing
+        if self.daemon is not None and self.daemon.poll() is None:
+            self.daemon.send_signal(signal.SIGTERM)
+            self.daemon.wait()
+        if self.broker is not None and self.broker.poll() is None:
+            os.killpg(self.broker.pid, signal.SIGTERM)
+            try:
+                self.broker.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.broker.pid, signal.SIGKILL)
+                self.broker.wait(10)
+
+
+def hint(args: argparse.Namespace, sock: Path) -> str:
+    python = sys.executable
+    bin_dir = Path(python).parent
+    url = f"pulsar://{HOST}:{args.broker_port}"
+    read_url = "" if args.broker_port == 6650 else f" --service-url {url}"
+    return f"""
+pulsar-lite is listening on {url} (data in {args.data}).
+pulsar-bruce: socket {sock}, metrics http://{HOST}:{args.metrics_port}/metrics
 
 In another terminal:
-  send:     {bin_dir}/to_pulsar --socket-path {SOCKET} --topic demo --value hello --key k1
-  observe:  curl -s 127.0.0.1:9090/metrics | grep -E '^pulsar_bruce_(received|acked)'
-  read:     {bin_dir}/python -c "import pulsar; c = pulsar.Client('pulsar://127.0.0.1:6650'); \\
-            r = c.create_reader('demo', pulsar.MessageId.earliest); m = r.read_next(5000); \\
-            print(m.partition_key(), m.data()); c.close()"
-Ctrl-C stops it.
-""",
-            flush=True,
-        )
-        daemon = subprocess.Popen(
-            [
-                str(bin_dir / "pulsar-bruce"),
-                "--socket",
-                str(SOCKET),
-                "--service-url",
-                "pulsar://127.0.0.1:6650",
-                "--metrics-listen",
-                "127.0.0.1:9090",
-            ],
-        )
-        try:
-            code = daemon.wait()
-        except KeyboardInterrupt:
-            daemon.send_signal(signal.SIGINT)
-            code = daemon.wait()
-        sys.exit(code)
+  send:     {bin_dir}/to_pulsar --socket-path {sock} --topic demo --value hello --key k1
+  observe:  curl -s {HOST}:{args.metrics_port}/metrics | grep -E '^pulsar_bruce_(received|acked)'
+  read:     {python} {ROOT / "examples" / "read_back.py"} --topic demo{read_url}
+Ctrl-C stops it."""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="run_local.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--broker-port", type=int, default=6650)
+    parser.add_argument("--metrics-port", type=int, default=9090)
+    parser.add_argument("--data", default=str(ROOT / "data"), help="broker data [./data]")
+    parser.add_argument("--run", default=str(ROOT / "run"), help="daemon sockets [./run]")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    refuse_taken_ports({args.broker_port: "the broker", args.metrics_port: "metrics"})
+    runner = Runner(args)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, runner.on_signal)
+    try:
+        return runner.run()
+    except Stopped as stopped:
+        return 128 + stopped.signum
     finally:
-        os.killpg(broker.pid, signal.SIGTERM)
-        broker.wait(10)
+        runner.stop()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

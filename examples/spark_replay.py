@@ -11,11 +11,15 @@ Locally, next to ``make run`` (whose stream socket is ./run/bruce.stream.sock)::
         --socket ./run/bruce.stream.sock --key-column user_id
 
 On a cluster (a daemon on every executor host, stream socket at the default
-/run/pulsar-bruce/bruce.stream.sock, or name it with --socket)::
+/run/pulsar-bruce/bruce.stream.sock, or name it with --socket; ``register``
+ships ``to_pulsar`` to the executors)::
 
-    spark-submit --py-files to_pulsar.zip examples/spark_replay.py \\
+    spark-submit examples/spark_replay.py \\
         s3a://bucket/events/ --format parquet --topic events \\
         --value-column payload --key-column user_id --partition-key-column shard
+
+``--rows`` writes through ``to_pulsar.spark.write`` (``df.rdd``) instead of the
+data source format, for executors whose Python has no pyarrow.
 
 Without --value-column each row is sent as one JSON object (Spark's ``to_json``).
 """
@@ -82,6 +86,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="commit tasks even if the daemon discarded some rows (they are logged)",
     )
+    parser.add_argument(
+        "--rows",
+        action="store_true",
+        help="write through to_pulsar.spark.write (executors need no pyarrow)",
+    )
     parser.add_argument("--master", help="Spark master, e.g. local[4] [default: spark-submit's]")
     return parser.parse_args(argv)
 
@@ -131,17 +140,23 @@ def main(argv: list[str] | None = None) -> int:
     messages = to_messages(read(spark, args.input, args.format), args)
     if args.partitions:
         messages = messages.repartition(args.partitions)
-    writer = (
-        messages.write.format("to_pulsar")
-        .option("topic", args.topic)
-        .option("flushTimeoutMs", str(args.flush_timeout_ms))
-        .option("tolerateDiscards", str(args.tolerate_discards).lower())
-        .mode("append")
-    )
-    if args.socket:
-        writer = writer.option("socket", args.socket)
+    options = {
+        "topic": args.topic,
+        "socket": args.socket,
+        "flushTimeoutMs": args.flush_timeout_ms,
+        "tolerateDiscards": args.tolerate_discards,
+    }
     started = time.monotonic()
-    writer.save()  # raises if a task could not deliver its rows
+    # Either way, this returns once every row is acked, and raises if a task could not
+    # deliver its rows.
+    if args.rows:
+        to_pulsar.spark.write(messages, **options)
+    else:
+        writer = messages.write.format("to_pulsar").mode("append")
+        for name, value in options.items():
+            if value is not None:
+                writer = writer.option(name, value)  # pyspark spells booleans true/false
+        writer.save()
     print(
         f"replayed {args.input} into {args.topic} in {time.monotonic() - started:.1f} s",
         file=sys.stderr,

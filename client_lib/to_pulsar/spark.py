@@ -3,7 +3,7 @@
 ::
 
     import to_pulsar.spark
-    to_pulsar.spark.register(spark)
+    to_pulsar.spark.register(spark)        # also ships to_pulsar to the executors
 
     (df.write.format("to_pulsar")
        .option("topic", "clicks")
@@ -19,13 +19,18 @@ Each Spark task opens one connection to the pulsar-bruce daemon on its own host
 (its *stream* socket), sends its rows, flushes, and commits only once the daemon
 reports every row acked by the broker; otherwise the task fails with the counts
 (unless ``tolerateDiscards``). Delivery is at-least-once: a retried task sends
-its rows again.
+its rows again. The task side is :mod:`to_pulsar.spark_task`.
 
-Options: ``socket`` (the daemon's stream socket; default
-``$TO_PULSAR_STREAM_SOCKET`` on the executor, else
-``/run/pulsar-bruce/bruce.stream.sock``), ``topic`` (required unless the
-DataFrame has a ``topic`` column), ``flushTimeoutMs`` (default 60000),
-``tolerateDiscards`` (default false).
+Spark hands rows to a Python data source as Arrow batches, so the format needs
+pyarrow in the Python Spark runs for its workers. :func:`write` (and
+:func:`foreach_batch` for streams) do the same through ``df.rdd``, rows pickled
+to the executors: there, nothing is needed but the daemon.
+
+Options: ``socket`` (the daemon's stream socket, or its datagram socket meaning
+the stream socket beside it; default ``$TO_PULSAR_STREAM_SOCKET`` on the
+executor, else ``/run/pulsar-bruce/bruce.stream.sock``), ``topic`` (required
+unless the DataFrame has a ``topic`` column), ``flushTimeoutMs`` (default
+60000), ``tolerateDiscards`` (default false).
 
 Columns: ``value`` (string or binary, required; null sends an empty value),
 ``key`` (string or binary; null: no key), ``partition_key`` (tinyint, smallint,
@@ -34,17 +39,25 @@ int or bigint in -2^31..2^32-1; null: the daemon picks the partition), ``topic``
 as UTC, or bigint milliseconds since the epoch; null: now). Other columns are
 ignored.
 
-Needs pyspark >= 4.0 (the ``[spark]`` extra); ``import to_pulsar`` itself never
-imports pyspark.
+Needs pyspark >= 4.0 on the driver; ``import to_pulsar`` itself never imports pyspark.
 """
 
 from __future__ import annotations
 
-import datetime
+import atexit
+import dataclasses
+import functools
+import hashlib
+import importlib.util
 import logging
-import socket as _socket
-from collections.abc import Iterable, Iterator, Sequence
+import re
+import shutil
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
@@ -54,28 +67,11 @@ from pyspark.sql.datasource import (
     DataSourceWriter,
     WriterCommitMessage,
 )
-from pyspark.sql.types import (
-    BinaryType,
-    ByteType,
-    DataType,
-    IntegerType,
-    LongType,
-    ShortType,
-    StringType,
-    StructType,
-    TimestampNTZType,
-    TimestampType,
-)
+from pyspark.sql.types import StructType
 
-from .errors import (
-    DaemonUnavailableError,
-    InvalidMessageError,
-    SendTimeoutError,
-    ToPulsarError,
-)
-from .paths import resolve_stream_socket_path
 from .protocol import FlushResult
-from .stream import StreamSender
+from .spark_plan import OPTIONS, plan_write, write_options
+from .spark_task import INVALID, TaskPlan, TaskResult, ToPulsarSparkError
 
 try:  # pyspark >= 4.1: the stream writer gets Arrow batches too
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
@@ -85,304 +81,170 @@ except ImportError:  # pyspark 4.0: rows
     )
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
     "FORMAT",
+    "INVALID",
+    "OPTIONS",
     "ToPulsarCommitMessage",
     "ToPulsarDataSource",
     "ToPulsarSparkError",
+    "WriteSummary",
+    "foreach_batch",
+    "plan_write",
     "register",
+    "ship",
+    "write",
 ]
 
 FORMAT = "to_pulsar"
-DEFAULT_FLUSH_TIMEOUT_MS = 60_000
-#: Client-side discard reason: a row that cannot be encoded (no topic, bad partition key, ...).
-INVALID = "invalid"
 
 log = logging.getLogger(__name__)
 
-_INTEGER_TYPES = (ByteType, ShortType, IntegerType, LongType)
-_EPOCH_UTC = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-_EPOCH_NAIVE = datetime.datetime(1970, 1, 1)
-_MS = datetime.timedelta(milliseconds=1)
-
-
-class ToPulsarSparkError(ToPulsarError):
-    """A write cannot start (bad schema or options) or a task could not deliver its rows."""
+_TASK_ERROR = re.compile(r"ToPulsarSparkError: (to_pulsar: [^\n]*)")
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``"to_pulsar"`` format with this Spark session."""
+    """Register the ``"to_pulsar"`` format with this Spark session, and :func:`ship`."""
+    ship(spark)  # first: a registered data source keeps the Python includes it was given
     spark.dataSource.register(ToPulsarDataSource)
 
 
-# -- planning (driver) --------------------------------------------------------------------------
+# -- shipping the package --------------------------------------------------------------------
 
 
-def _type_name(data_type: DataType) -> str:
-    return str(data_type.simpleString())
+@functools.cache
+def _package_zip() -> Path | None:
+    """This ``to_pulsar`` package as a zip (once per process); None if it is not a folder
+    (imported from a zip: whoever put it there ships it)."""
+    package = Path(__file__).resolve().parent
+    if not package.is_dir():
+        return None
+    files = [*sorted(package.rglob("*.py")), package / "py.typed"]
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes())
+    folder = Path(tempfile.mkdtemp(prefix="to_pulsar-ship-"))
+    atexit.register(shutil.rmtree, folder, True)
+    archive = folder / f"to_pulsar-{digest.hexdigest()[:12]}.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
+        for path in files:
+            zipped.write(path, f"to_pulsar/{path.relative_to(package).as_posix()}")
+    return archive
+
+
+def ship(spark: SparkSession) -> None:
+    """Add ``to_pulsar`` (standard library only) to the session's Python files, so executors
+    import it without having it installed. Once per SparkContext; :func:`register` calls it."""
+    archive = _package_zip()
+    if archive is None:
+        return
+    try:
+        context = spark.sparkContext
+    except Exception:  # Spark Connect sessions have none
+        log.warning(
+            "to_pulsar: no SparkContext to ship to_pulsar with; the executors need it installed "
+            "(or spark.addArtifacts(<to_pulsar zip>, pyfile=True))"
+        )
+        return
+    if archive.name not in (context._python_includes or []):
+        context.addPyFile(str(archive))
+
+
+# -- write(): rows through df.rdd, nothing needed on the executors ----------------------------
 
 
 @dataclass(frozen=True)
-class _Plan:
-    """What every task needs: options and where each column is. Pickled to the executors."""
+class WriteSummary:
+    """What :func:`write` delivered: tasks, rows sent, acked, discarded (tolerated) by reason."""
 
-    socket: str | None
-    topic: str | None
-    flush_timeout_s: float
-    tolerate_discards: bool
-    # Positions in the input schema (the rows' and Arrow batches' column order).
-    value: int
-    key: int | None = None
-    partition_key: int | None = None
-    topic_column: int | None = None
-    timestamp: int | None = None
-    timestamp_kind: str = "ms"  # "ms" (integer), "ts" (timestamp), "ntz" (timestamp_ntz)
-
-    @classmethod
-    def from_options(cls, options: Any, schema: StructType) -> _Plan:
-        columns: dict[str, tuple[int, DataType]] = {}
-        for index, struct_field in enumerate(schema.fields):
-            columns.setdefault(struct_field.name.lower(), (index, struct_field.dataType))
-
-        def column(name: str, allowed: tuple[type, ...], expected: str) -> int | None:
-            if name not in columns:
-                return None
-            index, data_type = columns[name]
-            if not isinstance(data_type, allowed):
-                raise ToPulsarSparkError(
-                    f"to_pulsar: column '{name}' must be {expected}, not {_type_name(data_type)}"
-                )
-            return index
-
-        if "value" not in columns:
-            raise ToPulsarSparkError(
-                "to_pulsar: the DataFrame needs a 'value' column (string or binary)"
-            )
-        value = column("value", (StringType, BinaryType), "string or binary")
-        assert value is not None
-        key = column("key", (StringType, BinaryType), "string or binary")
-        partition_key = column(
-            "partition_key", _INTEGER_TYPES, "an integer type (tinyint, smallint, int or bigint)"
-        )
-        topic_column = column("topic", (StringType,), "string")
-        timestamp = column(
-            "timestamp",
-            (TimestampType, TimestampNTZType, *_INTEGER_TYPES),
-            "timestamp, timestamp_ntz or bigint (milliseconds since the epoch)",
-        )
-        kind = "ms"
-        if timestamp is not None:
-            data_type = columns["timestamp"][1]
-            if isinstance(data_type, TimestampNTZType):
-                kind = "ntz"
-            elif isinstance(data_type, TimestampType):
-                kind = "ts"
-
-        topic = options.get("topic") or None
-        if topic is None and topic_column is None:
-            raise ToPulsarSparkError(
-                "to_pulsar: no topic: set .option('topic', ...) or add a 'topic' column"
-            )
-        return cls(
-            socket=options.get("socket") or None,
-            topic=topic,
-            flush_timeout_s=_positive_ms(options, "flushTimeoutMs", DEFAULT_FLUSH_TIMEOUT_MS)
-            / 1000,
-            tolerate_discards=_boolean(options, "tolerateDiscards", False),
-            value=value,
-            key=key,
-            partition_key=partition_key,
-            topic_column=topic_column,
-            timestamp=timestamp,
-            timestamp_kind=kind,
-        )
-
-    # -- rows to messages (executors) --------------------------------------------------------
-
-    def messages(self, items: Iterable[Any]) -> Iterator[tuple[Any, Any, Any, Any, Any]]:
-        """``(value, key, partition_key, topic, timestamp_ms)`` per row, from Arrow record
-        batches (pyspark >= 4.1 stream writer, every batch writer) or Rows (4.0 streams)."""
-        for item in items:
-            if isinstance(item, tuple):  # a pyspark Row
-                yield self._from_row(item)
-            else:
-                yield from self._from_batch(item)
-
-    def _from_batch(self, batch: Any) -> Iterator[tuple[Any, Any, Any, Any, Any]]:
-        rows = batch.num_rows
-        nothing = [None] * rows
-
-        def column(index: int | None) -> list[Any]:
-            return nothing if index is None else batch.column(index).to_pylist()
-
-        timestamps = nothing
-        if self.timestamp is not None:
-            raw = batch.column(self.timestamp)
-            if self.timestamp_kind == "ms":
-                timestamps = raw.to_pylist()
-            else:  # microseconds since the epoch (UTC; wall clock for timestamp_ntz)
-                import pyarrow
-
-                timestamps = [
-                    None if us is None else us // 1000
-                    for us in raw.cast(pyarrow.int64()).to_pylist()
-                ]
-        return zip(
-            column(self.value),
-            column(self.key),
-            column(self.partition_key),
-            column(self.topic_column),
-            timestamps,
-            strict=True,
-        )
-
-    def _from_row(self, row: Sequence[Any]) -> tuple[Any, Any, Any, Any, Any]:
-        timestamp = None if self.timestamp is None else row[self.timestamp]
-        if isinstance(timestamp, datetime.datetime):
-            if self.timestamp_kind == "ntz":
-                timestamp = (timestamp - _EPOCH_NAIVE) // _MS
-            else:  # pyspark hands TimestampType out as naive local time
-                timestamp = (timestamp.astimezone() - _EPOCH_UTC) // _MS
-        return (
-            row[self.value],
-            None if self.key is None else row[self.key],
-            None if self.partition_key is None else row[self.partition_key],
-            None if self.topic_column is None else row[self.topic_column],
-            timestamp,
-        )
-
-    # -- one task ----------------------------------------------------------------------------
-
-    def write(self, items: Iterable[Any]) -> ToPulsarCommitMessage:
-        """Send a task's rows over one stream connection, flush, and check the counts."""
-        host = _socket.gethostname()
-        path = self.socket or resolve_stream_socket_path()
-        where = f"on {host} ({path})"
-        rows = invalid = 0
-        first_invalid = ""
-        sender: StreamSender | None = None
-        try:
-            for value, key, partition_key, topic, timestamp_ms in self.messages(items):
-                rows += 1
-                if sender is None:  # connect on the first row: empty tasks need no daemon
-                    sender = self._connect(path)
-                try:
-                    if topic is None:
-                        topic = self.topic
-                        if topic is None:
-                            raise InvalidMessageError("no topic (null 'topic' and no option)")
-                    sender.send(
-                        topic,
-                        b"" if value is None else value,
-                        key=key,
-                        partition_key=partition_key,
-                        timestamp_ms=timestamp_ms,
-                    )
-                except InvalidMessageError as exc:
-                    invalid += 1
-                    first_invalid = first_invalid or f"row {rows}: {exc}"
-            result = FlushResult() if sender is None else self._flush(sender, rows, where)
-        except SendTimeoutError as exc:
-            raise ToPulsarSparkError(
-                f"to_pulsar: the daemon {where} took no data for {self.flush_timeout_s:g} s "
-                f"after {rows} rows (is it stuck?): {exc}"
-            ) from exc
-        except ToPulsarSparkError:
-            raise
-        except ToPulsarError as exc:
-            raise ToPulsarSparkError(
-                f"to_pulsar: task failed after {rows} rows {where}: {exc}"
-            ) from exc
-        finally:
-            if sender is not None:
-                sender.abort()
-        if invalid:
-            result = result + FlushResult(0, {INVALID: invalid})
-        if not result.ok and not self.tolerate_discards:
-            message = (
-                f"to_pulsar: {result.discarded_total} of {rows} rows were not delivered "
-                f"({result.describe_discards()}), {result.acked} acked, {where}"
-            )
-            if first_invalid:
-                message += f"; first invalid {first_invalid}"
-            raise ToPulsarSparkError(
-                message + ". Set the option tolerateDiscards=true to commit anyway."
-            )
-        return ToPulsarCommitMessage(rows, result.acked, dict(result.discarded), host)
-
-    def _connect(self, path: str) -> StreamSender:
-        try:
-            return StreamSender(path, timeout=self.flush_timeout_s)
-        except DaemonUnavailableError as exc:
-            raise ToPulsarSparkError(
-                f"to_pulsar: task on {_socket.gethostname()}: {exc}. Each executor host needs "
-                "a running pulsar-bruce daemon; set the option 'socket' (or "
-                "TO_PULSAR_STREAM_SOCKET on the executors) if its stream socket is elsewhere."
-            ) from exc
-
-    def _flush(self, sender: StreamSender, rows: int, where: str) -> FlushResult:
-        try:
-            return sender.flush()
-        except SendTimeoutError as exc:
-            raise ToPulsarSparkError(
-                f"to_pulsar: no confirmation from the daemon {where} within "
-                f"{self.flush_timeout_s:g} s for {rows} rows (flushTimeoutMs)"
-            ) from exc
+    tasks: int
+    rows: int
+    acked: int
+    discarded: dict[str, int] = field(default_factory=dict)
 
 
-def _positive_ms(options: Any, name: str, default: int) -> int:
-    raw = options.get(name)
-    if raw is None:
-        return default
+def _narrow(df: DataFrame, plan: TaskPlan) -> tuple[DataFrame, TaskPlan]:
+    """Only the columns the tasks read, timestamps as exact microseconds from the JVM
+    (pyspark would hand them out as naive local datetimes)."""
+    from pyspark.sql import functions
+
+    names = ("value", "key", "partition_key", "topic_column", "timestamp")
+    used = [name for name in names if getattr(plan, name) is not None]
+    columns = []
+    for name in used:
+        column = df[getattr(plan, name)]
+        if name == "timestamp" and plan.timestamp_kind == "ts":
+            column = functions.unix_micros(column)
+        columns.append(column.alias(name))
+    positions: dict[str, Any] = {name: None for name in names}
+    positions.update({name: index for index, name in enumerate(used)})
+    kind = "us" if plan.timestamp_kind == "ts" else plan.timestamp_kind
+    return df.select(*columns), dataclasses.replace(plan, timestamp_kind=kind, **positions)
+
+
+def _write_rows(df: DataFrame, options: dict[str, str], what: str) -> WriteSummary:
+    plan = plan_write(options, df.schema)
+    ship(df.sparkSession)
+    rows, plan = _narrow(df, plan)
     try:
-        value = int(str(raw).strip())
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ToPulsarSparkError(
-            f"to_pulsar: option {name} must be a positive number of milliseconds, got {raw!r}"
-        )
-    return value
+        results: list[TaskResult] = rows.rdd.mapPartitions(plan.write_partition).collect()
+    except Exception as exc:  # Spark's wrapping of the failed task's exception
+        match = _TASK_ERROR.search(str(exc))
+        if match is None:
+            raise
+        raise ToPulsarSparkError(match.group(1)) from exc
+    _log_commit(results, what)
+    tasks, sent, total = _totals(results)
+    return WriteSummary(tasks, sent, total.acked, dict(total.discarded))
 
 
-def _boolean(options: Any, name: str, default: bool) -> bool:
-    raw = options.get(name)
-    if raw is None:
-        return default
-    text = str(raw).strip().lower()
-    if text not in ("true", "false"):
-        raise ToPulsarSparkError(f"to_pulsar: option {name} must be true or false, got {raw!r}")
-    return text == "true"
+def write(df: DataFrame, **options: object) -> WriteSummary:
+    """Write ``df`` as ``df.write.format("to_pulsar")`` would, with the same options, checks
+    and per-task commit-on-ack, but through ``df.rdd``: the executors' Python needs neither
+    pyarrow nor ``to_pulsar`` installed. Returns once every task's rows are acked; raises
+    :class:`ToPulsarSparkError` with the failed task's message otherwise."""
+    return _write_rows(df, write_options(options), "write")
+
+
+def foreach_batch(**options: object) -> Callable[[DataFrame, int], None]:
+    """For ``stream_df.writeStream.foreachBatch(...)``: each micro-batch through :func:`write`;
+    the query commits a micro-batch only once it is acked, and stops with the error if not."""
+    checked = write_options(options)  # a bad name fails now, not at the first micro-batch
+
+    def write_batch(df: DataFrame, batch_id: int) -> None:
+        _write_rows(df, checked, f"micro-batch {batch_id}")
+
+    return write_batch
 
 
 # -- Spark's classes ------------------------------------------------------------------------------
 
 
 @dataclass
-class ToPulsarCommitMessage(WriterCommitMessage):
+class ToPulsarCommitMessage(TaskResult, WriterCommitMessage):
     """One task's outcome, sent to the driver: rows sent, acked, discarded (tolerated)."""
 
-    rows: int
-    acked: int
-    discarded: dict[str, int] = field(default_factory=dict)
-    host: str = ""
+    @classmethod
+    def of(cls, result: TaskResult) -> ToPulsarCommitMessage:
+        return cls(result.rows, result.acked, result.discarded, result.host)
 
 
-def _totals(messages: Iterable[WriterCommitMessage | None]) -> tuple[int, int, FlushResult]:
+def _totals(messages: Iterable[object]) -> tuple[int, int, FlushResult]:
     """(tasks, rows, counts) over the tasks that committed."""
     tasks = rows = 0
     total = FlushResult()
     for message in messages:
-        if isinstance(message, ToPulsarCommitMessage):
+        if isinstance(message, TaskResult):
             tasks += 1
             rows += message.rows
             total = total + FlushResult(message.acked, message.discarded)
     return tasks, rows, total
 
 
-def _log_commit(messages: Iterable[WriterCommitMessage | None], what: str) -> None:
+def _log_commit(messages: Iterable[object], what: str) -> None:
     tasks, rows, total = _totals(messages)
     if total.ok:
         log.info("to_pulsar: %s: %d rows acked by %d tasks", what, total.acked, tasks)
@@ -397,7 +259,7 @@ def _log_commit(messages: Iterable[WriterCommitMessage | None], what: str) -> No
         )
 
 
-def _log_abort(messages: Iterable[WriterCommitMessage | None], what: str) -> None:
+def _log_abort(messages: Iterable[object], what: str) -> None:
     tasks, _, total = _totals(messages)
     log.warning(
         "to_pulsar: %s aborted; %d rows from %d tasks that succeeded are already in Pulsar",
@@ -407,12 +269,24 @@ def _log_abort(messages: Iterable[WriterCommitMessage | None], what: str) -> Non
     )
 
 
+def _require_arrow() -> None:
+    """Planning runs in the Python Spark starts for its workers: without pyarrow there, say
+    so (and what works instead) rather than let Spark fail on its own import."""
+    if importlib.util.find_spec("pyarrow") is None:
+        raise ToPulsarSparkError(
+            f"to_pulsar: the Python Spark runs for its workers ({sys.executable}) has no "
+            "pyarrow, which format('to_pulsar') needs (Spark passes rows to Python data "
+            "sources as Arrow); use to_pulsar.spark.write(df, ...) or foreach_batch(...), "
+            "which need nothing there, or install pyspark[sql] in that Python"
+        )
+
+
 class _BatchWriter(DataSourceArrowWriter):
-    def __init__(self, plan: _Plan) -> None:
+    def __init__(self, plan: TaskPlan) -> None:
         self.plan = plan
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return self.plan.write(iterator)
+        return ToPulsarCommitMessage.of(self.plan.write(iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         _log_commit(messages, "write")
@@ -422,11 +296,11 @@ class _BatchWriter(DataSourceArrowWriter):
 
 
 class _StreamWriter(_StreamWriterBase):
-    def __init__(self, plan: _Plan) -> None:
+    def __init__(self, plan: TaskPlan) -> None:
         self.plan = plan
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return self.plan.write(iterator)
+        return ToPulsarCommitMessage.of(self.plan.write(iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _log_commit(messages, f"micro-batch {batchId}")
@@ -447,7 +321,11 @@ class ToPulsarDataSource(DataSource):
             raise ToPulsarSparkError(
                 "to_pulsar: a Pulsar topic can only be appended to: use .mode('append')"
             )
-        return _BatchWriter(_Plan.from_options(self.options, schema))
+        plan = plan_write(self.options, schema)
+        _require_arrow()
+        return _BatchWriter(plan)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return _StreamWriter(_Plan.from_options(self.options, schema))
+        plan = plan_write(self.options, schema)
+        _require_arrow()
+        return _StreamWriter(plan)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -240,7 +241,8 @@ def test_schema_and_options_are_checked_before_any_task(spark: Any, tmp_path: Pa
 
 
 def test_spark_replay_example(spark: Any, broker: Broker, start_daemon, tmp_path: Path) -> None:
-    """examples/spark_replay.py, in this session: a CSV as JSON rows, a Parquet by column."""
+    """examples/spark_replay.py, in this session: a CSV as JSON rows through the format, a
+    Parquet by column through to_pulsar.spark.write (--rows)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
@@ -261,7 +263,7 @@ def test_spark_replay_example(spark: Any, broker: Broker, start_daemon, tmp_path
     parquet = tmp_path / "events.parquet"
     spark.range(50).selectExpr("concat('e', id) AS payload", "id").write.parquet(str(parquet))
     assert example.main([str(parquet), "--topic", topic, "--socket", stream,
-                         "--value-column", "payload"]) == 0  # fmt: skip
+                         "--value-column", "payload", "--rows"]) == 0  # fmt: skip
 
     messages = [m for m in consume(broker.url, full(topic), 151) if m.value != b"warm-up"]
     assert len(messages) == 150
@@ -274,3 +276,133 @@ def test_spark_replay_example(spark: Any, broker: Broker, start_daemon, tmp_path
     assert sorted(m.value for m in messages if not m.value.startswith(b"{")) == sorted(
         f"e{i}".encode() for i in range(50)
     )
+
+
+# -- executors with a bare Python: neither to_pulsar nor pyarrow ---------------------------------
+
+BARE_DRIVER = r'''
+import json, os, sys
+sys.path.insert(0, sys.argv[1])  # the driver's to_pulsar; PYTHONPATH would reach the executors
+from pyspark.sql import SparkSession
+import to_pulsar.spark
+
+socket_path, topic, source, checkpoint = sys.argv[2:6]
+spark = (SparkSession.builder.master("local[2]").appName("to_pulsar-bare")
+         .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
+         .config("spark.driver.bindAddress", "127.0.0.1")
+         .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
+         .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+
+def probe(_):
+    import importlib.util, sys
+    yield [sys.executable] + [m for m in ("pyarrow", "to_pulsar") if importlib.util.find_spec(m)]
+
+def report(**what):
+    print("REPORT " + json.dumps(what), flush=True)
+
+report(before=spark.sparkContext.parallelize([0, 1], 2).mapPartitions(probe).collect())
+to_pulsar.spark.register(spark)
+to_pulsar.spark.register(spark)  # twice: shipped once
+report(after=spark.sparkContext.parallelize([0, 1], 2).mapPartitions(probe).collect(),
+       includes=[n for n in spark.sparkContext._python_includes if n.startswith("to_pulsar")])
+
+df = spark.range(2000, numPartitions=2).selectExpr(
+    "concat('v-', id) AS value", "concat('k', id) AS key", "id AS partition_key",
+    "timestamp_millis(1700000000000 + id) AS timestamp", "id * 2 AS other")
+summary = to_pulsar.spark.write(df, topic=topic, socket=socket_path)
+report(write=[summary.tasks, summary.rows, summary.acked, summary.discarded])
+
+big = spark.range(10, numPartitions=1).selectExpr(
+    "CASE WHEN id = 3 THEN repeat('x', 2000) ELSE concat('b-', id) END AS value")
+try:
+    to_pulsar.spark.write(big, topic=topic, socket=socket_path)
+    report(too_large="no error")
+except to_pulsar.spark.ToPulsarSparkError as exc:
+    report(too_large=str(exc))
+
+try:
+    df.write.format("to_pulsar").option("topic", topic).option("socket", socket_path) \
+        .mode("append").save()
+    report(format="no error")
+except Exception as exc:
+    report(format=str(exc))
+
+query = (spark.readStream.schema("id BIGINT").option("maxFilesPerTrigger", 1).json(source)
+         .selectExpr("concat('s-', id) AS value")
+         .writeStream.foreachBatch(to_pulsar.spark.foreach_batch(topic=topic, socket=socket_path))
+         .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+query.awaitTermination(120)
+report(stream=[p["numInputRows"] for p in query.recentProgress if p["numInputRows"]])
+spark.stop()
+'''
+
+
+def bare_python(tmp_path: Path) -> str:
+    """A venv without pip: the standard library and nothing else."""
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    found = subprocess.run(
+        [python, "-c", "import importlib.util as u; "
+         "print([m for m in ('pyarrow', 'to_pulsar', 'pandas') if u.find_spec(m)])"],
+        env=env, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert found == "[]\n"
+    return python
+
+
+def test_bare_executors_need_nothing_but_the_daemon(
+    broker: Broker, start_daemon, tmp_path: Path
+) -> None:
+    """register() ships to_pulsar; write() and foreach_batch() need no pyarrow on the
+    executors, deliver the same rows and fail the same way; the format says what to do.
+    The daemon is named by its datagram socket (the stream socket beside it is used)."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java runtime for Spark")
+    daemon = start_daemon(broker.url, "--max-message-bytes", "1024")
+    topic = f"spark-bare-{uuid.uuid4().hex[:8]}"
+    daemon.warm_up(topic, 4)
+    source = tmp_path / "in"
+    source.mkdir()
+    for f in range(2):
+        (source / f"{f}.json").write_text("".join(f'{{"id": {f * 5 + i}}}\n' for i in range(5)))
+    python = bare_python(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_DRIVER_PYTHON")}
+    env.update(PYSPARK_PYTHON=python, SPARK_LOCAL_IP="127.0.0.1")
+    args = [str(ROOT / "client_lib"), daemon.socket_path, topic, str(source),
+            str(tmp_path / "checkpoint")]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", BARE_DRIVER, *args],
+        env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    reports: dict[str, Any] = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("REPORT "):
+            reports.update(json.loads(line.removeprefix("REPORT ")))
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    assert reports["before"] == [[python], [python]]  # neither package on the executors
+    assert reports["after"] == [[python, "to_pulsar"], [python, "to_pulsar"]]
+    assert len(reports["includes"]) == 1
+    assert reports["write"] == [2, 2000, 2000, {}]
+    assert reports["too_large"].startswith(
+        "to_pulsar: 1 of 10 rows were not delivered (too_large 1), 9 acked, on "
+    )
+    assert f"({python}) has no pyarrow" in reports["format"]
+    assert reports["stream"] == [5, 5]
+
+    expected = 2000 + 9 + 10
+    messages = [m for m in consume(broker.url, full(topic), expected + 1) if m.value != b"warm-up"]
+    assert len(messages) == expected
+    rows = {m.value.decode(): m for m in messages}
+    for i in range(2000):
+        message = rows[f"v-{i}"]
+        assert (message.key, message.partition, message.event_time) == (
+            f"k{i}",
+            i % 4,
+            1_700_000_000_000 + i,
+        )
+    assert {v for v in rows if v.startswith("b-")} == {f"b-{i}" for i in range(10) if i != 3}
+    assert {v for v in rows if v.startswith("s-")} == {f"s-{i}" for i in range(10)}

@@ -7,9 +7,14 @@ The Spark session tests are in tests/integration/test_spark.py.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import pickle
+import socket
+import subprocess
+import sys
 import tempfile
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,12 +38,15 @@ from pyspark.sql.types import (  # noqa: E402
     TimestampType,
 )
 from to_pulsar import encode_any_partition, encode_partition_key  # noqa: E402
+from to_pulsar import spark as to_pulsar_spark  # noqa: E402
 from to_pulsar.spark import (  # noqa: E402
     ToPulsarCommitMessage,
     ToPulsarDataSource,
     ToPulsarSparkError,
-    _Plan,
+    plan_write,
 )
+from to_pulsar.spark_plan import write_options  # noqa: E402
+from to_pulsar.spark_task import TaskPlan, TaskResult, stream_socket_beside  # noqa: E402
 
 from tests.support.fakestream import FakeStreamDaemon, Flush, flush_response  # noqa: E402
 
@@ -75,8 +83,8 @@ FULL = schema(
 )
 
 
-def plan(s: StructType, **options: str) -> _Plan:
-    return _Plan.from_options(options, s)
+def plan(s: StructType, **options: str) -> TaskPlan:
+    return plan_write(options, s)
 
 
 # -- planning ------------------------------------------------------------------------------------
@@ -167,7 +175,8 @@ def arrow_batch() -> object:
 def test_arrow_batches_become_records(fake: FakeStreamDaemon) -> None:
     p = plan(FULL, topic="default", socket=str(fake.path))
     commit = p.write(iter([arrow_batch(), arrow_batch()]))
-    assert commit == ToPulsarCommitMessage(6, 6, {}, commit.host)
+    assert commit == TaskResult(6, 6, {}, commit.host)
+    assert ToPulsarCommitMessage.of(commit) == ToPulsarCommitMessage(6, 6, {}, commit.host)
     records = fake.message_records()
     assert records[:3] == [
         encode_any_partition("default", b"a", b"k1", MS),
@@ -187,7 +196,7 @@ def test_rows_become_records_with_local_and_ntz_timestamps(fake: FakeStreamDaemo
     # pyspark hands TimestampType to Python as naive local time.
     naive_local = datetime.datetime.fromtimestamp(MS / 1000)
     ntz = plan(schema(value=StringType(), timestamp=TimestampNTZType()), topic="t")
-    ntz = _Plan(**{**ntz.__dict__, "socket": str(fake.path)})
+    ntz = dataclasses.replace(ntz, socket=str(fake.path))
     local.write(iter([Row(value=b"r", timestamp=naive_local, partition_key=-1)]))
     ntz.write(iter([Row(value="n", timestamp=datetime.datetime(2023, 11, 14, 22, 13, 20, 123000))]))
     assert fake.message_records() == [
@@ -213,7 +222,7 @@ def test_discards_fail_the_task_with_counts(fake: FakeStreamDaemon) -> None:
     assert "first invalid row 4: partition key must be in" in message
     assert "tolerateDiscards=true" in message
 
-    tolerant = _Plan(**{**p.__dict__, "tolerate_discards": True})
+    tolerant = dataclasses.replace(p, tolerate_discards=True)
     commit = tolerant.write(iter([batch]))
     assert (commit.rows, commit.acked, commit.discarded) == (10, 7, {"too_large": 2, "invalid": 1})
 
@@ -254,6 +263,109 @@ def test_default_socket_is_resolved_on_the_executor(
     monkeypatch.setenv("TO_PULSAR_STREAM_SOCKET", str(fake.path))
     assert p.write(iter([Row(value="x")])).acked == 1
     assert to_pulsar.resolve_stream_socket_path() == str(fake.path)
+
+
+# -- the socket option: the datagram socket means the stream socket beside it -----------------
+
+
+@pytest.fixture
+def datagram_socket(sock_path: Path) -> Iterator[Path]:
+    """A bound datagram socket at <dir>/bruce.sock, as the daemon's."""
+    path = sock_path.parent / "bruce.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(path))
+        yield path
+
+
+def test_the_datagram_socket_path_means_the_stream_socket_beside_it(
+    datagram_socket: Path,
+) -> None:
+    beside = FakeStreamDaemon(datagram_socket.parent / "bruce.stream.sock")
+    try:
+        p = plan(schema(value=StringType(), timestamp=LongType()), topic="t",
+                 socket=str(datagram_socket))  # fmt: skip
+        assert p.write(iter([Row(value="x", timestamp=MS), Row(value="y", timestamp=1)])).acked == 2
+        assert beside.message_records() == [
+            encode_any_partition("t", b"x", b"", MS),
+            encode_any_partition("t", b"y", b"", 1),
+        ]
+    finally:
+        beside.close()
+
+
+def test_a_datagram_socket_without_a_stream_socket_beside_it(datagram_socket: Path) -> None:
+    p = plan(schema(value=StringType()), topic="t", socket=str(datagram_socket))
+    with pytest.raises(ToPulsarSparkError) as info:
+        p.write(iter([Row(value="x")]))
+    message = str(info.value)
+    assert f"{datagram_socket} is the daemon's datagram socket" in message
+    assert f"no daemon listening on stream socket {datagram_socket.parent}/bruce.stream.sock" in (
+        message
+    )
+
+
+def test_the_stream_socket_beside_follows_the_daemons_auto_rule() -> None:
+    config = pytest.importorskip("pulsar_bruce.config")
+    for path in ("/run/pulsar-bruce/bruce.sock", "./run/x.sock", "/tmp/odd-name"):
+        daemon = config.load_config({"socket": path}, {})
+        assert stream_socket_beside(path) == daemon.stream_socket_path
+
+
+# -- write(): the row path, and what the executors need ----------------------------------------
+
+
+def test_write_options_are_the_formats_with_python_values() -> None:
+    options = write_options(
+        {"Topic": "t", "tolerateDiscards": True, "flushtimeoutms": 1500, "socket": None}
+    )
+    assert options == {"topic": "t", "tolerateDiscards": "true", "flushTimeoutMs": "1500"}
+    assert plan(schema(value=StringType()), **options).flush_timeout_s == 1.5
+    with pytest.raises(ToPulsarSparkError, match="unknown option 'topc' \\(options: socket, "):
+        to_pulsar_spark.foreach_batch(topc="t")
+
+
+def test_rows_with_microsecond_timestamps(fake: FakeStreamDaemon) -> None:
+    """What write() hands the tasks for a timestamp column: exact microseconds."""
+    p = plan(schema(value=StringType(), timestamp=TimestampType()), topic="t")
+    p = dataclasses.replace(p, socket=str(fake.path), timestamp_kind="us")
+    p.write(iter([Row(value="a", timestamp=MS * 1000 + 999), Row(value="b", timestamp=None)]))
+    records = fake.message_records()
+    assert records[0] == encode_any_partition("t", b"a", b"", MS)
+    assert records_ts(records[1]) > MS  # null: now
+
+
+def test_the_shipped_zip_runs_the_task_side_without_site_packages() -> None:
+    archive = to_pulsar_spark._package_zip()
+    assert archive is not None and archive == to_pulsar_spark._package_zip()  # built once
+    names = zipfile.ZipFile(archive).namelist()
+    assert {"to_pulsar/__init__.py", "to_pulsar/spark_task.py", "to_pulsar/py.typed"} <= set(names)
+    assert not [n for n in names if not n.startswith("to_pulsar/") or n.endswith(".pyc")]
+    # -I -S: no site-packages at all, so neither pyspark nor pyarrow nor an installed to_pulsar.
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1]); "
+        "import to_pulsar.spark_task as t, to_pulsar.spark_plan; "
+        "assert t.__file__.startswith(sys.argv[1]), t.__file__; "
+        "assert not {'pyspark', 'pyarrow'} & set(sys.modules); print('ok')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", script, str(archive)], capture_output=True, text=True
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "ok\n", "")
+
+
+def test_the_format_says_what_to_do_without_pyarrow(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = to_pulsar_spark.importlib.util.find_spec
+    monkeypatch.setattr(
+        to_pulsar_spark.importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "pyarrow" else real(name, *args),
+    )
+    source = ToPulsarDataSource({"topic": "t"})
+    for make in (source.writer, source.streamWriter):
+        with pytest.raises(ToPulsarSparkError) as info:
+            make(schema(value=StringType()), False)
+        assert f"({sys.executable}) has no pyarrow" in str(info.value)
+        assert "use to_pulsar.spark.write(df, ...) or foreach_batch(...)" in str(info.value)
 
 
 def records_ts(record: bytes) -> int:

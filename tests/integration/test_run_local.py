@@ -1,0 +1,181 @@
+"""examples/run_local.py, what `make run` runs: a real broker and daemon on free ports.
+
+It stops both on SIGINT, SIGTERM and SIGHUP (and the kernel stops them if it is
+killed outright), refuses to start on a taken port naming what holds it, and the
+commands its hint prints send a message and read back just that message.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.support.processes import ROOT, free_port, wait_for
+
+pytestmark = [
+    pytest.mark.broker,
+    pytest.mark.skipif(sys.platform != "linux", reason="reads /proc; PR_SET_PDEATHSIG"),
+]
+pytest.importorskip("pulsar_lite")
+
+SCRIPT = ROOT / "examples" / "run_local.py"
+
+
+def load_run_local() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("run_local", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+run_local = load_run_local()
+
+
+def gone(pid: int) -> bool:
+    """No such process, or only its zombie left."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def env() -> dict[str, str]:
+    environ = dict(os.environ)
+    environ["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "daemon"), str(ROOT / "client_lib"), environ.get("PYTHONPATH", "")]
+    )
+    return environ
+
+
+def two_free_ports() -> tuple[int, int]:
+    first = free_port()
+    second = free_port()
+    while second == first:
+        second = free_port()
+    return first, second
+
+
+@dataclass
+class Run:
+    process: subprocess.Popen[bytes]
+    out: Path
+    err: Path
+    broker_port: int
+    metrics_port: int
+
+    def hint(self, what: str) -> list[str]:
+        """The command the hint prints after ``what:``."""
+        for line in self.out.read_text().splitlines():
+            if line.strip().startswith(f"{what}:"):
+                return shlex.split(line.split(":", 1)[1])
+        raise AssertionError(f"no {what}: line in\n{self.out.read_text()}")
+
+
+def launch(tmp_path: Path, broker_port: int, metrics_port: int) -> Run:
+    out, err = tmp_path / "out", tmp_path / "err"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, str(SCRIPT), "--broker-port", str(broker_port),
+             "--metrics-port", str(metrics_port), "--data", str(tmp_path / "data"),
+             "--run", str(tmp_path / "run")],
+            stdout=stdout, stderr=stderr, env=env(),
+        )  # fmt: skip
+    return Run(process, out, err, broker_port, metrics_port)
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[Run]:
+    """run_local.py, started and serving (its hint printed)."""
+    run = launch(tmp_path, *two_free_ports())
+    try:
+        wait_for(
+            lambda: "Ctrl-C stops it." in run.out.read_text() or run.process.poll() is not None,
+            60,
+            "run_local to start",
+        )
+        assert run.process.poll() is None, run.err.read_text()
+        yield run
+    finally:
+        if run.process.poll() is None:
+            run.process.kill()  # its children get SIGTERM from the kernel
+        run.process.wait(60)
+
+
+def children(run: Run) -> tuple[int, int]:
+    broker, _ = run_local.port_holder(run.broker_port)
+    daemon, _ = run_local.port_holder(run.metrics_port)
+    assert broker is not None and daemon is not None and broker != daemon
+    return broker, daemon
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_stop_signal_stops_the_daemon_then_the_broker(running: Run, signum: int) -> None:
+    broker, daemon = children(running)
+    running.process.send_signal(signum)
+    assert running.process.wait(60) == 0  # the daemon delivered what it had, and exited 0
+    assert gone(daemon) and gone(broker)
+    assert not run_local.port_taken(running.broker_port)
+    assert not run_local.port_taken(running.metrics_port)
+    # The daemon got SIGTERM whatever the signal (SIGHUP would have meant "reload" to it).
+    assert "received SIGTERM, shutting down" in running.err.read_text()
+
+
+def test_killed_outright_its_children_follow(running: Run) -> None:
+    broker, daemon = children(running)
+    running.process.kill()
+    running.process.wait(10)
+    wait_for(lambda: gone(broker) and gone(daemon), 60, "broker and daemon to stop")
+
+
+def test_the_hint_sends_a_message_and_reads_back_only_that(running: Run) -> None:
+    send, read = running.hint("send"), running.hint("read")
+    assert read[-2:] == ["--service-url", f"pulsar://127.0.0.1:{running.broker_port}"]
+    subprocess.run(send, check=True, env=env(), timeout=30)
+    metrics = f"http://127.0.0.1:{running.metrics_port}/metrics"
+
+    def acked() -> bool:
+        import urllib.request
+
+        with urllib.request.urlopen(metrics, timeout=5) as response:
+            return "pulsar_bruce_acked_total 1.0" in response.read().decode()
+
+    wait_for(acked, 30, "the message to be acked")
+    done = subprocess.run(read, capture_output=True, text=True, env=env(), timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "key=k1 value=hello\n", "")
+
+
+def test_taken_ports_are_refused_in_one_line_naming_the_holder(tmp_path: Path) -> None:
+    with socket.socket() as broker_port, socket.socket() as metrics_port:
+        for sock in (broker_port, metrics_port):
+            sock.bind(("127.0.0.1", 0))
+            sock.listen()
+        ports = broker_port.getsockname()[1], metrics_port.getsockname()[1]
+        command = Path("/proc/self/cmdline").read_text().replace("\0", " ").strip()
+        command = command if len(command) <= 100 else command[:97] + "..."
+        holder = f"pid {os.getpid()} ({command})"
+        assert run_local.port_holder(ports[0]) == (os.getpid(), holder)
+
+        run = launch(tmp_path, *ports)
+        assert run.process.wait(30) == 1
+        assert run.err.read_text() == (
+            f"run_local: not starting: port {ports[0]} (the broker) is taken by {holder}; "
+            f"port {ports[1]} (metrics) is taken by {holder}\n"
+        )
+
+        run = launch(tmp_path, ports[0], free_port())
+        assert run.process.wait(30) == 1
+        assert "(metrics)" not in run.err.read_text()
+    assert not (tmp_path / "data").exists()  # nothing was started
