@@ -50,6 +50,14 @@ def plan_write(options: Any, schema: Any) -> TaskPlan:
         "partition_key", _INTEGERS, "an integer type (tinyint, smallint, int or bigint)"
     )
     topic_column = column("topic", ("string",), "string")
+    properties = column("properties", ("map",), "map<string,string>")
+    if properties is not None:
+        map_type = columns["properties"][1]
+        if (map_type.keyType.typeName(), map_type.valueType.typeName()) != ("string", "string"):
+            raise ToPulsarSparkError(
+                "to_pulsar: column 'properties' must be map<string,string>, "
+                f"not {map_type.simpleString()}"
+            )
     timestamp = column(
         "timestamp",
         _TIMESTAMPS + _INTEGERS,
@@ -75,6 +83,7 @@ def plan_write(options: Any, schema: Any) -> TaskPlan:
         key=key,
         partition_key=partition_key,
         topic_column=topic_column,
+        properties=properties,
         timestamp=timestamp,
         timestamp_kind=kind,
     )

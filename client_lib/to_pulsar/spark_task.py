@@ -40,7 +40,7 @@ _EPOCH_UTC = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _EPOCH_NAIVE = datetime.datetime(1970, 1, 1)
 _MS = datetime.timedelta(milliseconds=1)
 
-Message = tuple[Any, Any, Any, Any, Any]
+Message = tuple[Any, Any, Any, Any, Any, Any]
 
 
 class ToPulsarSparkError(ToPulsarError):
@@ -109,13 +109,15 @@ class TaskPlan:
     key: int | None = None
     partition_key: int | None = None
     topic_column: int | None = None
+    #: A map<string,string> column: the message's Pulsar properties.
+    properties: int | None = None
     timestamp: int | None = None
     # "ms" (integer milliseconds), "us" (integer microseconds), "ts" (timestamp), "ntz"
     timestamp_kind: str = "ms"
 
     def messages(self, items: Iterable[Any]) -> Iterator[Message]:
-        """``(value, key, partition_key, topic, timestamp_ms)`` per row, from Arrow record
-        batches (the data source writers) or Rows (pyspark 4.0 streams, ``write()``)."""
+        """``(value, key, partition_key, topic, timestamp_ms, properties)`` per row, from
+        Arrow record batches (the data source writers) or Rows (``write()``, some streams)."""
         for item in items:
             if isinstance(item, tuple):  # a pyspark Row
                 yield self._from_row(item)
@@ -144,6 +146,7 @@ class TaskPlan:
             column(self.partition_key),
             column(self.topic_column),
             timestamps,
+            column(self.properties),  # Arrow gives a map as [(key, value), ...]
             strict=True,
         )
 
@@ -162,6 +165,7 @@ class TaskPlan:
             None if self.partition_key is None else row[self.partition_key],
             None if self.topic_column is None else row[self.topic_column],
             timestamp,
+            None if self.properties is None else row[self.properties],
         )
 
     def write(self, items: Iterable[Any]) -> TaskResult:
@@ -173,7 +177,7 @@ class TaskPlan:
         first_invalid = ""
         sender: StreamSender | None = None
         try:
-            for value, key, partition_key, topic, timestamp_ms in self.messages(items):
+            for value, key, partition_key, topic, timestamp_ms, props in self.messages(items):
                 rows += 1
                 if sender is None:  # connect on the first row: empty tasks need no daemon
                     sender = self._connect(path)
@@ -189,6 +193,7 @@ class TaskPlan:
                         key=key,
                         partition_key=partition_key,
                         timestamp_ms=timestamp_ms,
+                        properties=dict(props) if props else None,
                     )
                 except InvalidMessageError as exc:
                     invalid += 1

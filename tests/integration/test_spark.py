@@ -124,6 +124,28 @@ def test_topic_column_binary_values_and_long_timestamps(
     assert daemon.counters().acked == 10
 
 
+def test_a_properties_column_arrives_as_message_properties(
+    spark: Any, broker: Broker, start_daemon, tmp_path: Path
+) -> None:
+    """A map<string,string> 'properties' column: the official consumer's properties()."""
+    daemon, stream = start(start_daemon, broker, tmp_path)
+    topic = f"spark-props-{uuid.uuid4().hex[:8]}"
+    df = spark.range(6, numPartitions=2).selectExpr(
+        "concat('v-', id) AS value",
+        "CASE WHEN id = 5 THEN NULL ELSE map('row', cast(id AS string), 'job', 'spark') END"
+        " AS properties",
+    )
+    df.write.format("to_pulsar").option("socket", stream).option("topic", topic).mode(
+        "append"
+    ).save()
+    assert daemon.counters().acked == 6
+    received = {m.value: m.properties for m in consume(broker.url, full(topic), 6)}
+    assert received == {
+        **{f"v-{i}".encode(): {"row": str(i), "job": "spark"} for i in range(5)},
+        b"v-5": {},
+    }
+
+
 def test_streaming_query_delivers_every_micro_batch(
     spark: Any, broker: Broker, start_daemon, tmp_path: Path
 ) -> None:

@@ -374,3 +374,35 @@ def records_ts(record: bytes) -> int:
 
     (topic_size,) = struct.unpack_from(">h", record, 14)
     return int(struct.unpack_from(">q", record, 16 + topic_size)[0])
+
+
+def test_a_properties_column_becomes_message_properties(fake: FakeStreamDaemon) -> None:
+    """A map<string,string> 'properties' column sends the Message record (ApiKey 260)."""
+    import struct
+
+    from pyspark.sql.types import MapType
+    from to_pulsar.encoding import encode_message_record
+
+    p = plan(
+        schema(value=StringType(), properties=MapType(StringType(), StringType())),
+        topic="t",
+        socket=str(fake.path),
+    )
+    batch = pa.record_batch(
+        [
+            pa.array(["a", "b"]),
+            pa.array([[("source", "web")], None], pa.map_(pa.string(), pa.string())),
+        ],
+        names=["value", "properties"],
+    )
+    assert p.write(iter([batch, Row(value="c", properties={"n": "1"})])).acked == 3
+    records = fake.message_records()
+    assert records[0] == encode_message_record("t", b"a", b"", records_ts(records[0]), None,
+                                               {"source": "web"})  # fmt: skip
+    (topic_size,) = struct.unpack_from(">h", records[1], 10)  # AnyPartition: ts after topic
+    (any_ts,) = struct.unpack_from(">q", records[1], 12 + topic_size)
+    assert records[1] == encode_any_partition("t", b"b", b"", any_ts)
+    assert records[2] == encode_message_record("t", b"c", b"", records_ts(records[2]), None,
+                                               {"n": "1"})  # fmt: skip
+    with pytest.raises(ToPulsarSparkError, match="map<string,string>"):
+        plan(schema(value=StringType(), properties=MapType(StringType(), IntegerType())), topic="t")
