@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+from pulsar_bruce.batch.batch_builder import encode_key_field
 from pulsar_bruce.batch.compression import CODECS, decompress
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import Frame, FrameDecoder
@@ -335,7 +336,7 @@ def test_receipts_after_reconnect_match_the_resent_batches() -> None:
 # -- batches too large for the broker -----------------------------------------------------------
 
 
-def test_batch_larger_than_the_frame_limit_is_rejected_not_sent() -> None:
+def test_message_larger_than_the_frame_limit_goes_as_chunks_in_its_place() -> None:
     producer = make_producer()
     add_batch(producer, 1, prefix=b"s")
     producer.batch.append(b"", 0, b"x" * 5000, 0, 64)
@@ -344,10 +345,22 @@ def test_batch_larger_than_the_frame_limit_is_rejected_not_sent() -> None:
     big = producer.pending[1]
     producer.on_registered("p-1", -1)
     out = producer.frames_to_send(PUBLISH_TIME, max_frame_size=4000 + SEND_FRAME_OVERHEAD)
+    assert not out.rejected
+    assert [(b.sequence_id, b.count) for b in out.batches] == [(0, 1), (1, 1), (2, 2)]
+    assert big.frames == 2 and big.frame
+    assert producer.in_flight == 3
+
+
+def test_message_whose_metadata_alone_exceeds_the_frame_is_rejected_not_sent() -> None:
+    producer = make_producer()
+    add_batch(producer, 1, prefix=b"s")
+    producer.batch.append(encode_key_field(b"k" * 3000), 0, b"x" * 5000, 0, 64)  # a huge key
+    producer.seal()
+    big = producer.pending[1]
+    producer.on_registered("p-1", -1)
+    out = producer.frames_to_send(PUBLISH_TIME, max_frame_size=2000 + SEND_FRAME_OVERHEAD)
     assert out.rejected == [(big, "too_large")]
-    assert [(b.sequence_id, b.count) for b in out.batches] == [(0, 1), (1, 2)]
-    assert list(producer.pending) == out.batches
-    assert producer.in_flight == 2
+    assert [(b.sequence_id, b.count) for b in out.batches] == [(0, 1)]
     assert big.sequence_id == -1  # never given a sequence id
 
 
