@@ -108,8 +108,9 @@ class TopicSettings:
 
     # fmt: off
     max_message_bytes: int = option(
-        "5MiB", parse_size,
-        "largest message (datagram or stream record); larger ones are too_large", "SIZE")
+        "64MiB", parse_size,
+        "largest message (datagram or stream record); larger ones are too_large; "
+        "messages over the broker's max message size are sent as chunks", "SIZE")
     batch_max_messages: int = option(
         1000, parse_positive_int, "messages per batch at most", "N")
     batch_max_bytes: int = option(

@@ -140,15 +140,98 @@ def send(
     *,
     producer_id: int,
     sequence_id: int,
-    highest_sequence_id: int,
+    highest_sequence_id: int | None,
     num_messages: int,
     metadata: bytes,
     payload: bytes,
+    is_chunk: bool = False,
 ) -> bytes:
+    """A Send of a batch, or (``highest_sequence_id`` None) of one non-batched message."""
     cmd = pb.BaseCommand(type=_Type.SEND)
     s = cmd.send
     s.producer_id = producer_id
     s.sequence_id = sequence_id
-    s.highest_sequence_id = highest_sequence_id
+    if highest_sequence_id is not None:
+        s.highest_sequence_id = highest_sequence_id
     s.num_messages = num_messages
+    if is_chunk:
+        s.is_chunk = True
     return encode_payload_command(cmd, metadata, payload)
+
+
+def single_message_sends(
+    *,
+    producer_id: int,
+    producer_name: str,
+    sequence_id: int,
+    publish_time_ms: int,
+    compression: int,
+    uncompressed_size: int,
+    message: pb.SingleMessageMetadata,
+    payload: bytes,
+    max_chunk_frame: int,
+) -> list[bytes]:
+    """Send frames of one non-batched message: one frame, or chunks if it is larger.
+
+    ``message`` is the message's metadata from its batch entry (properties,
+    partition key, event time), carried into every chunk's ``MessageMetadata``
+    as the official clients do (pulsar-client-java ``ProducerImpl.sendAsync``):
+    every chunk has the message's sequence id, ``uuid`` = producer name + "-" +
+    sequence id, ``chunk_id`` 0..n-1, ``num_chunks_from_msg`` n and
+    ``total_chunk_msg_size`` = the size of the (compressed) payload that is cut
+    into chunks.  A chunk's payload plus metadata stays within ``max_chunk_frame``.
+    Returns no frames when not even the metadata fits.
+    """
+    md = pb.MessageMetadata(
+        producer_name=producer_name,
+        sequence_id=sequence_id,
+        publish_time=publish_time_ms,
+        uncompressed_size=uncompressed_size,
+    )
+    if compression:
+        md.compression = compression  # type: ignore[assignment]
+    md.properties.extend(message.properties)
+    if message.HasField("partition_key"):
+        md.partition_key = message.partition_key
+        if message.partition_key_b64_encoded:
+            md.partition_key_b64_encoded = True
+    if message.event_time:
+        md.event_time = message.event_time
+    if message.HasField("ordering_key"):
+        md.ordering_key = message.ordering_key
+    plain = md.SerializeToString()
+    if len(plain) + len(payload) <= max_chunk_frame:
+        return [
+            send(
+                producer_id=producer_id,
+                sequence_id=sequence_id,
+                highest_sequence_id=None,
+                num_messages=1,
+                metadata=plain,
+                payload=payload,
+            )
+        ]
+    md.uuid = f"{producer_name}-{sequence_id}"
+    md.total_chunk_msg_size = len(payload)
+    md.num_chunks_from_msg = md.chunk_id = 0x7FFFFFFF  # the largest these fields can be
+    chunk_size = max_chunk_frame - md.ByteSize()
+    if chunk_size <= 0:
+        return []
+    chunks = -(-len(payload) // chunk_size)
+    md.num_chunks_from_msg = chunks
+    view = memoryview(payload)
+    frames = []
+    for chunk_id in range(chunks):
+        md.chunk_id = chunk_id
+        frames.append(
+            send(
+                producer_id=producer_id,
+                sequence_id=sequence_id,
+                highest_sequence_id=None,
+                num_messages=1,
+                metadata=md.SerializeToString(),
+                payload=bytes(view[chunk_id * chunk_size : (chunk_id + 1) * chunk_size]),
+                is_chunk=True,
+            )
+        )
+    return frames

@@ -37,6 +37,10 @@ class SealedBatch:
     #: A batch back from the spool that keeps its sequence ids: the producer name they
     #: belong to (empty otherwise).
     producer_name: str = ""
+    #: Send frames in ``frame``: more than one for a message sent as chunks, each
+    #: acknowledged by its own receipt; ``receipts`` counts them on the current connection.
+    frames: int = 1
+    receipts: int = 0
 
     @property
     def highest_sequence_id(self) -> int:

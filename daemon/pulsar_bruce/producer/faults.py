@@ -40,10 +40,15 @@ def error_name(error: int | None) -> str:
 
 
 def frame_intact(frame: bytes) -> bool:
-    """Whether our own copy of a Send frame still decodes (its checksum holds): after a
-    ``ChecksumError`` an intact batch is resent, a corrupt one cannot be cured."""
+    """Whether our own copy of a batch's Send frames (one, or a message's chunks) still
+    decodes (checksums hold): after a ``ChecksumError`` an intact batch is resent, a
+    corrupt one cannot be cured."""
+    offset = 0
     try:
-        decode_frame_body(frame[4:])
+        while offset < len(frame):
+            size = int.from_bytes(frame[offset : offset + 4], "big")
+            decode_frame_body(frame[offset + 4 : offset + 4 + size])
+            offset += 4 + size
     except FrameError:
         return False
-    return True
+    return offset == len(frame)

@@ -11,10 +11,18 @@ its highest sequence id, so errors are matched by id range, anywhere in flight.
 Sequence ids are given to a batch the first time it is sent (the producer name
 and the broker's ``last_sequence_id`` are only known then) and never change, so
 a broker with deduplication drops resent copies.
+
+A message too large for one Send frame is a batch of its own (the appender
+seals around it) and goes out as one non-batched message cut into chunks, like
+pulsar-client-java's ``ProducerImpl`` with chunking enabled: every chunk
+carries the message's sequence id, the broker acknowledges each, and the batch
+is acked with the last receipt.  Its entries stay in ``payload`` (the spool
+and the discard log read them there), its chunk frames in ``frame``.
 """
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
@@ -23,11 +31,13 @@ from pulsar_bruce import reasons
 from pulsar_bruce.batch.batch_builder import BatchBuilder, split_batch
 from pulsar_bruce.batch.compression import Compressor
 from pulsar_bruce.frame import commands
+from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import DEFAULT_MAX_MESSAGE_SIZE
 from pulsar_bruce.model.batch import SealedBatch
 
 #: Bytes a Send frame adds around the batch payload (command + metadata), generously.
 SEND_FRAME_OVERHEAD = 1024
+_U32 = struct.Struct(">I")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +71,8 @@ class ReceiptMatch(Enum):
     #: A receipt for a batch we already consider done (an old duplicate), or one that
     #: comes while the producer is being closed anyway: ignore it.
     STALE = "stale"
+    #: The receipt of one chunk of a chunked message, not its last: the message waits.
+    CHUNK = "chunk"
     #: A receipt that matches nothing we expect: the producer's state is unknown, re-create it.
     MISMATCH = "mismatch"
 
@@ -162,8 +174,8 @@ class PartitionProducer:
         and given up (``retries_exhausted``) once written ``max_attempts`` times.
         Frames never exceed ``max_frame_size`` (the broker's negotiated
         ``max_message_size``): a batch that would is split in halves, and a
-        single message that would is taken out and returned in ``rejected``
-        for the caller to discard.
+        single message that would is sent as chunks (or, if not even its
+        metadata fits a frame, taken out and returned in ``rejected``).
         """
         out = Outgoing()
         if not self.ready:
@@ -174,23 +186,31 @@ class PartitionProducer:
         while index < len(pending):
             batch = pending[index]
             if not batch.frame:  # first send (a batch from the spool may keep its ids)
-                payload = self._compress(batch.payload)
-                if len(payload) > limit:
-                    if batch.count > 1:
+                if batch.count == 1 and len(batch.payload) > limit:
+                    framed = self._frame_single(batch, publish_time_ms, max_frame_size)
+                else:
+                    payload = self._compress(batch.payload)
+                    framed = len(payload) <= limit
+                    if framed:
+                        self._frame(batch, payload, publish_time_ms)
+                    elif batch.count > 1:
                         first, second = split_batch(batch)
                         pending[index] = first
                         pending.insert(index + 1, second)
+                        continue
                     else:
-                        del pending[index]
-                        out.rejected.append((batch, reasons.TOO_LARGE))
+                        framed = self._frame_single(batch, publish_time_ms, max_frame_size)
+                if not framed:
+                    del pending[index]
+                    out.rejected.append((batch, reasons.TOO_LARGE))
                     continue
-                self._frame(batch, payload, publish_time_ms)
             elif batch.send_attempts:
                 if max_attempts and batch.send_attempts >= max_attempts:
                     del pending[index]
                     out.rejected.append((batch, reasons.RETRIES_EXHAUSTED))
                     continue
                 out.resent_messages += batch.count
+            batch.receipts = 0  # every chunk goes (again) on this connection
             batch.send_attempts += 1
             out.frames.append(batch.frame)
             out.batches.append(batch)
@@ -230,6 +250,34 @@ class PartitionProducer:
         )
         batch.payload = b""  # the frame holds it now
 
+    def _frame_single(self, batch: SealedBatch, publish_time_ms: int, max_frame_size: int) -> bool:
+        """Frame a one-message batch as a non-batched message, in chunks when it is larger
+        than a frame; False when it cannot be sent at all (its metadata alone is too large)."""
+        raw = batch.payload
+        (size,) = _U32.unpack_from(raw)
+        message = pb.SingleMessageMetadata.FromString(raw[4 : 4 + size])
+        value = raw[4 + size :]
+        compressed = self.policy.compressor is not None
+        frames = commands.single_message_sends(
+            producer_id=self.producer_id,
+            producer_name=self.name or "",
+            sequence_id=batch.sequence_id if batch.sequence_id >= 0 else self.next_sequence_id,
+            publish_time_ms=publish_time_ms,
+            compression=self.policy.compression if compressed else 0,
+            uncompressed_size=len(value),
+            message=message,
+            payload=self._compress(value),
+            max_chunk_frame=max_frame_size - SEND_FRAME_OVERHEAD,
+        )
+        if not frames:
+            return False
+        if batch.sequence_id < 0:
+            batch.sequence_id = self.next_sequence_id
+        self.next_sequence_id = max(self.next_sequence_id, batch.sequence_id + 1)
+        batch.frame = b"".join(frames)
+        batch.frames = len(frames)
+        return True  # ``payload`` stays: the frame is no batch to take the entries back from
+
     # -- receipts -------------------------------------------------------------
 
     def on_receipt(self, sequence_id: int) -> tuple[ReceiptMatch, SealedBatch | None]:
@@ -245,6 +293,8 @@ class PartitionProducer:
             return (ReceiptMatch.STALE if stale else ReceiptMatch.MISMATCH), None
         head = self.pending[0]
         if sequence_id == head.sequence_id:
+            if not self._last_receipt(head):
+                return ReceiptMatch.CHUNK, None
             self.pending.popleft()
             self.in_flight -= 1
             return ReceiptMatch.ACKED, head
@@ -255,7 +305,15 @@ class PartitionProducer:
         index = self._in_flight_index(sequence_id)
         if index is None or self.pending[index].sequence_id != sequence_id:
             return ReceiptMatch.STALE, None
+        if not self._last_receipt(self.pending[index]):
+            return ReceiptMatch.CHUNK, None
         return ReceiptMatch.ACKED, self._remove_in_flight(index)
+
+    @staticmethod
+    def _last_receipt(batch: SealedBatch) -> bool:
+        """Count a receipt for ``batch``: True once every one of its frames has its receipt."""
+        batch.receipts += 1
+        return batch.receipts >= batch.frames
 
     def in_flight_batch(self, sequence_id: int) -> SealedBatch | None:
         """The in-flight batch whose sequence id range contains ``sequence_id``, if any."""

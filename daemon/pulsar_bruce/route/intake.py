@@ -96,6 +96,8 @@ class Intake:
                 waiting = (key_field, timestamp, data, value_offset, partition_key, charge, tag)
                 topic.unrouted.append(WaitingMessage(*waiting))
         elif tag is not None:
+            if charge > self.policy.buffer_max_bytes:  # would never fit: not worth waiting for
+                return self._reject(reasons.TOO_LARGE, data, tag, topic)
             return False  # backpressure: the stream edge offers it again later
         elif self.policy.hold(data):
             ledger.spill()

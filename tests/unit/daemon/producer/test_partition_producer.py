@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import random
 import struct
 
 import pytest
+from pulsar_bruce.batch.batch_builder import encode_key_field
 from pulsar_bruce.batch.compression import CODECS, decompress
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import Frame, FrameDecoder
@@ -335,7 +337,7 @@ def test_receipts_after_reconnect_match_the_resent_batches() -> None:
 # -- batches too large for the broker -----------------------------------------------------------
 
 
-def test_batch_larger_than_the_frame_limit_is_rejected_not_sent() -> None:
+def test_message_larger_than_the_frame_limit_goes_as_chunks_in_its_place() -> None:
     producer = make_producer()
     add_batch(producer, 1, prefix=b"s")
     producer.batch.append(b"", 0, b"x" * 5000, 0, 64)
@@ -344,10 +346,22 @@ def test_batch_larger_than_the_frame_limit_is_rejected_not_sent() -> None:
     big = producer.pending[1]
     producer.on_registered("p-1", -1)
     out = producer.frames_to_send(PUBLISH_TIME, max_frame_size=4000 + SEND_FRAME_OVERHEAD)
+    assert not out.rejected
+    assert [(b.sequence_id, b.count) for b in out.batches] == [(0, 1), (1, 1), (2, 2)]
+    assert big.frames == 2 and big.frame
+    assert producer.in_flight == 3
+
+
+def test_message_whose_metadata_alone_exceeds_the_frame_is_rejected_not_sent() -> None:
+    producer = make_producer()
+    add_batch(producer, 1, prefix=b"s")
+    producer.batch.append(encode_key_field(b"k" * 3000), 0, b"x" * 5000, 0, 64)  # a huge key
+    producer.seal()
+    big = producer.pending[1]
+    producer.on_registered("p-1", -1)
+    out = producer.frames_to_send(PUBLISH_TIME, max_frame_size=2000 + SEND_FRAME_OVERHEAD)
     assert out.rejected == [(big, "too_large")]
-    assert [(b.sequence_id, b.count) for b in out.batches] == [(0, 1), (1, 2)]
-    assert list(producer.pending) == out.batches
-    assert producer.in_flight == 2
+    assert [(b.sequence_id, b.count) for b in out.batches] == [(0, 1)]
     assert big.sequence_id == -1  # never given a sequence id
 
 
@@ -513,3 +527,72 @@ def test_expire_removes_old_batches_from_the_head_only() -> None:
     expired = producer.expire(deadline=3.0)
     assert [b.created_at for b in expired] == [1.0, 2.0]
     assert producer.in_flight == 1 and [b.created_at for b in producer.pending] == [5.0]
+
+
+# -- chunked messages ---------------------------------------------------------------------------
+
+
+def chunked_producer() -> PartitionProducer:
+    """One small batch (id 0), one message in 3 chunks (id 1), one small batch (id 2), sent."""
+    producer = make_producer()
+    add_batch(producer, 1, prefix=b"s")
+    producer.batch.append(b"", 0, b"x" * 10_000, 0, 64)
+    producer.seal()
+    add_batch(producer, 1, prefix=b"t")
+    producer.on_registered("p-1", -1)
+    producer.frames_to_send(PUBLISH_TIME, max_frame_size=4000 + SEND_FRAME_OVERHEAD)
+    assert producer.pending[1].frames == 3
+    return producer
+
+
+def test_a_chunked_message_is_acked_with_its_last_chunk_receipt() -> None:
+    producer = chunked_producer()
+    assert producer.on_receipt(0)[0] is ReceiptMatch.ACKED
+    assert producer.on_receipt(1) == (ReceiptMatch.CHUNK, None)
+    assert producer.on_receipt(1) == (ReceiptMatch.CHUNK, None)
+    match, batch = producer.on_receipt(1)
+    assert match is ReceiptMatch.ACKED and batch is not None and batch.count == 1
+    assert producer.on_receipt(2)[0] is ReceiptMatch.ACKED
+    assert not producer.pending
+
+
+def test_after_a_reconnect_every_chunk_is_resent_and_needs_its_receipt_again() -> None:
+    producer = chunked_producer()
+    big = producer.pending[1]
+    frame = big.frame
+    producer.on_receipt(0)
+    producer.on_receipt(1)  # one chunk confirmed, then the connection goes
+    producer.on_disconnected()
+    producer.on_registered("p-1", 0)
+    out = producer.frames_to_send(PUBLISH_TIME, max_frame_size=4000 + SEND_FRAME_OVERHEAD)
+    assert out.frames[0] == frame  # all three chunks, unchanged (same sequence id)
+    assert len(FrameDecoder().feed(frame)) == 3
+    assert out.resent_messages == 2
+    assert [producer.on_receipt(1)[0] for _ in range(3)] == [
+        ReceiptMatch.CHUNK,
+        ReceiptMatch.CHUNK,
+        ReceiptMatch.ACKED,
+    ]
+
+
+def test_a_chunked_message_keeps_its_entries_for_the_spool_and_the_discard_log() -> None:
+    producer = chunked_producer()
+    assert values_in(producer.pending[1].payload) == [b"x" * 10_000]
+
+
+def test_a_compressed_large_message_is_compressed_whole_before_it_is_cut() -> None:
+    compression, compressor = CODECS["zlib"]
+    producer = make_producer(BatchPolicy(compression=compression, compressor=compressor))
+    value = bytes(random.Random(1).choices(b"ACGT", k=20_000))  # compressible, not to 1 KiB
+    producer.batch.append(b"", 0, value, 0, 64)
+    producer.seal()
+    producer.on_registered("p-1", -1)
+    out = producer.frames_to_send(PUBLISH_TIME, max_frame_size=1024 + SEND_FRAME_OVERHEAD)
+    frames = FrameDecoder().feed(out.frames[0])
+    metadata = frames[0].metadata
+    assert metadata is not None and metadata.compression == pb.ZLIB
+    assert metadata.uncompressed_size == len(value)
+    whole = b"".join(f.payload for f in frames)
+    assert metadata.total_chunk_msg_size == len(whole)
+    assert len(frames) > 1 and len(whole) < len(value)
+    assert decompress(pb.ZLIB, whole, len(value)) == value

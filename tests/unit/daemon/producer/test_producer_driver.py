@@ -337,7 +337,7 @@ def test_retriable_lookup_failures_keep_the_batches() -> None:
     run(test)
 
 
-def test_a_message_too_large_for_the_broker_is_discarded_and_a_large_batch_split() -> None:
+def test_a_message_too_large_for_the_broker_goes_as_chunks_and_a_large_batch_is_split() -> None:
     async def body(rig: Rig) -> None:
         for _ in range(3):
             rig.producer.batch.append(b"", 0, b"x" * 150, 0, 200)
@@ -345,8 +345,22 @@ def test_a_message_too_large_for_the_broker_is_discarded_and_a_large_batch_split
         rig.producer.batch.append(b"", 0, b"y" * 500, 0, 520)
         rig.producer.seal()
         rig.driver.flush()
-        assert [b.count for b in rig.listener.discarded_for(reasons.TOO_LARGE)] == [1]
-        assert [count for _, count in sent_ids(rig)] == [1, 2]  # split in halves to fit
+        assert not rig.listener.discarded
+        sends = rig.pool.connection.sends
+        assert [(s.sequence_id, s.num_messages, s.is_chunk) for s in sends] == [
+            (0, 1, False),  # the batch of three, split in halves to fit
+            (1, 2, False),
+            (3, 1, True),  # the large message: two chunks under its one sequence id
+            (3, 1, True),
+        ]
+        connection = rig.pool.connection
+        for sequence_id in (0, 1, 3):
+            connection.receipt(PRODUCER_ID, sequence_id)
+        assert [b.sequence_id for b in rig.listener.acked] == [0, 1]  # the chunked one waits
+        connection.receipt(PRODUCER_ID, 3)
+        assert [b.sequence_id for b in rig.listener.acked] == [0, 1, 3]
+        assert not rig.producer.pending
+        assert connection.aborted == []
 
     run_connected(body, pool=lambda: FakePool(max_message_size=1024 + 400))
 

@@ -79,7 +79,7 @@ def test_configurator_sets_limits_and_shares_policies(tmp_path: Path) -> None:
     logs.rate_budget = 0
     configurator.refill(logs)
     assert logs.rate_budget == 100
-    assert configurator.largest_message_bytes() == 5 * 1024 * 1024
+    assert configurator.largest_message_bytes() == 64 * 1024 * 1024
 
 
 def test_reconfigure_updates_existing_producers_and_lifts_limits(tmp_path: Path) -> None:
