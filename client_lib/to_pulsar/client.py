@@ -20,7 +20,7 @@ from .core import (
     send_action,
     send_error,
 )
-from .encoding import Payload, encode_plain
+from .encoding import Payload
 from .errors import ToPulsarError
 from .paths import resolve_socket_path
 
@@ -54,7 +54,7 @@ def _apply_timeout(sock: socket.socket, timeout: float | None) -> None:
 
 
 def _encode_tuple(message: Message, timestamp_ms: int) -> bytes:
-    """One :data:`Message` tuple, encoded (the common case without the general encoder)."""
+    """One :data:`Message` tuple, encoded."""
     key: Payload | None = None
     partition_key: int | None = None
     if len(message) == 2:
@@ -63,8 +63,6 @@ def _encode_tuple(message: Message, timestamp_ms: int) -> bytes:
         topic, value, key = message
     else:
         topic, value, key, partition_key = message
-    if key is None and type(value) is bytes:
-        return encode_plain(topic, value, partition_key, timestamp_ms)
     return encode_message(topic, value, key, partition_key, timestamp_ms)
 
 
@@ -124,16 +122,7 @@ class Sender:
         Without ``partition_key`` the daemon picks the partition (AnyPartition);
         ``timestamp_ms`` defaults to now, 0 means "no event time".
         """
-        if key is None and properties is None and type(value) is bytes:
-            # The common case, inlined: one call to the encoder, one to the socket.
-            datagram = encode_plain(
-                topic,
-                value,
-                partition_key,
-                _time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms,
-            )
-        else:
-            datagram = encode_message(topic, value, key, partition_key, timestamp_ms, properties)
+        datagram = encode_message(topic, value, key, partition_key, timestamp_ms, properties)
         try:
             self._send(datagram)
         except OSError as exc:

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from types import TracebackType
 
 from .core import check_timeout, connect_unix, encode_message
-from .encoding import Payload, encode_plain
+from .encoding import Payload
 from .errors import (
     SendTimeoutError,
     StreamClosedError,
@@ -149,15 +149,7 @@ class StreamSender:
         ``timestamp_ms`` defaults to now, 0 means "no event time". Blocks only when
         the buffer is full and the daemon is not reading, up to ``timeout``.
         """
-        if key is None and properties is None and type(value) is bytes:
-            record = encode_plain(
-                topic,
-                value,
-                partition_key,
-                _time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms,
-            )
-        else:
-            record = encode_message(topic, value, key, partition_key, timestamp_ms, properties)
+        record = encode_message(topic, value, key, partition_key, timestamp_ms, properties)
         with self._write_lock:  # _append, inlined: this is the per-message path
             if self._closed is not None:
                 self._check_open()

@@ -4,8 +4,6 @@ the fallback without sendmmsg, and the errors send() has. No sleeps: socket time
 from __future__ import annotations
 
 import socket
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,8 @@ from to_pulsar import (
 )
 from to_pulsar.core import encode_message
 
+from tests.unit.client_lib.conftest import bind
+
 
 @pytest.fixture(params=["sendmmsg", "fallback"])
 def path_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
@@ -32,26 +32,6 @@ def path_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     else:
         monkeypatch.setattr(mmsg, "load", lambda: None)
     return str(request.param)
-
-
-@pytest.fixture
-def sock_path() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="tp") as short:
-        yield Path(short) / "d.sock"
-
-
-def bind(path: Path) -> socket.socket:
-    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    receiver.bind(str(path))
-    receiver.settimeout(5)
-    return receiver
-
-
-@pytest.fixture
-def receiver(sock_path: Path) -> Iterator[socket.socket]:
-    sock = bind(sock_path)
-    yield sock
-    sock.close()
 
 
 def drain(receiver: socket.socket, count: int) -> list[bytes]:
