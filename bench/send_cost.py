@@ -7,7 +7,8 @@ the system call) and not a daemon's. Reported: best of ``--repeat`` runs of
 (``time.process_time()``, so a busy machine or a full socket queue, which make the
 sender wait, change little).
 
-Rows: ``Sender.send`` (100 B, AnyPartition), ``Sender.send`` with a ``partition_key``,
+Rows: the encoding alone (``to_pulsar.core.encode_message``, no socket),
+``Sender.send`` (100 B, AnyPartition), ``Sender.send`` with a ``partition_key``,
 ``Sender.send_many`` (batches of 256 already built tuples), ``Sender.send_raw``
 (encoded once) and ``StreamSender``-style buffering (``StreamSender.send`` into a
 stream socket drained the same way; no daemon, so no ``flush()``).
@@ -62,10 +63,17 @@ def _best(run: Callable[[int], None], n: int, repeat: int) -> float:
 
 def measure(n: int, repeat: int, size: int) -> dict[str, float]:
     from to_pulsar import Sender, encode_any_partition
+    from to_pulsar.core import encode_message
     from to_pulsar.stream import StreamSender
 
     value = os.urandom(size)
     results: dict[str, float] = {}
+
+    def encode_only(count: int) -> None:
+        for _ in range(count):
+            encode_message("bench-topic", value, None, None, None)
+
+    results["encoding alone (no socket)"] = _best(encode_only, n, repeat)
     with tempfile.TemporaryDirectory(prefix="sc") as tmp:
         dgram = os.path.join(tmp, "d.sock")
         drain = _drain(dgram, "dgram")
