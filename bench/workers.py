@@ -3,9 +3,15 @@
 Modes:
 
 ``official``
-    publish with the official ``pulsar-client`` (batching, ``send_async``, ``flush``)
+    publish with the official ``pulsar-client`` (batching, ``send_async``, ``flush``);
+    ``callback`` false: ``send_async(payload, None)`` and ``flush()`` (its best),
+    true: a Python callback per message counts the receipts
 ``sender``
-    send Bruce datagrams to the daemon with ``to_pulsar.Sender``
+    send Bruce datagrams to the daemon with ``to_pulsar.Sender``; ``stream`` true:
+    ``to_pulsar.stream.StreamSender`` with one ``flush()`` at the end
+``ceiling``
+    no daemon: a Python ``send()`` loop into a forked ``recv_into()`` loop on a UNIX
+    datagram socket, what the kernel allows a Python sender and receiver
 ``consumer``
     read latency-stamped messages back with the official client
 
@@ -96,6 +102,7 @@ def run_official(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]
             done.set()
 
     send = producer.send_async
+    callback = on_receipt if p.get("callback", True) else None
     keyed: bool = p["keyed"]
     rate: float | None = p.get("rate")
     pool = payload_pool(p["size"])
@@ -106,15 +113,22 @@ def run_official(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]
     t0 = monotonic()
     if rate:
         for seq in paced(rate, n):
-            send(stamped(seq, pad), on_receipt)
+            send(stamped(seq, pad), callback)
     elif keyed:
         for i, payload in zip(range(n), itertools.cycle(pool), strict=False):
-            send(payload, on_receipt, partition_key=str(i))
+            send(payload, callback, partition_key=str(i))
     else:
         for payload in itertools.islice(itertools.cycle(pool), n):
-            send(payload, on_receipt)
+            send(payload, callback)
     t_sent = monotonic()
-    producer.flush()
+    try:
+        producer.flush()  # returns once every message is persisted; raises if one failed
+    except Exception:  # any failure of the official client is a lost run
+        state["errors"] += 1
+    if callback is None:
+        state["t_last"] = monotonic()
+        state["receipts"] = n if not state["errors"] else 0
+        done.set()
     complete = done.wait(120)
     cpu1 = time.process_time()
     producer.close()
@@ -141,7 +155,13 @@ def run_sender(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]:
     rate: float | None = p.get("rate")
     pool = payload_pool(p["size"])
     pad = pool[0][: max(0, p["size"] - STAMP.size)]
-    sender = Sender(p["socket"], timeout=p.get("timeout", 30.0))
+    stream: Any = None
+    if p.get("stream"):
+        from to_pulsar.stream import StreamSender
+
+        stream = sender = StreamSender(p["stream_socket"], timeout=p.get("timeout", 30.0))
+    else:
+        sender = Sender(p["socket"], timeout=p.get("timeout", 30.0))
     send = sender.send
     ready()
 
@@ -156,10 +176,48 @@ def run_sender(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]:
     else:
         for payload in itertools.islice(itertools.cycle(pool), n):
             send(topic, payload)
+    flushed = stream.flush().ok if stream is not None else True
     t_sent = time.monotonic()
     cpu1 = time.process_time()
     sender.close()
-    return {"t0": t0, "t_sent": t_sent, "cpu_s": cpu1 - cpu0}
+    return {"t0": t0, "t_sent": t_sent, "cpu_s": cpu1 - cpu0, "flushed_ok": flushed}
+
+
+# -- kernel ceiling ---------------------------------------------------------------------------
+
+
+def run_ceiling(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]:
+    """Python send() into Python recv_into() on one UNIX datagram socket, no daemon."""
+    import socket
+    import tempfile
+
+    n: int = p["messages"]
+    pool = payload_pool(p["size"])
+    with tempfile.TemporaryDirectory(prefix="ceil") as tmp:
+        path = os.path.join(tmp, "c.sock")
+        receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        receiver.bind(path)
+        child = os.fork()
+        if child == 0:  # the receiving process: read n datagrams, then leave
+            buf = bytearray(1 << 16)
+            recv_into = receiver.recv_into
+            for _ in range(n):
+                recv_into(buf)
+            os._exit(0)
+        receiver.close()
+        sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sender.connect(path)
+        send = sender.send
+        ready()
+        cpu0 = time.process_time()
+        t0 = time.monotonic()
+        for payload in itertools.islice(itertools.cycle(pool), n):
+            send(payload)
+        cpu1 = time.process_time()
+        _, status = os.waitpid(child, 0)
+        t_last = time.monotonic()
+        sender.close()
+    return {"t0": t0, "t_last": t_last, "cpu_s": cpu1 - cpu0, "ok": status == 0}
 
 
 # -- latency consumer -------------------------------------------------------------------------
@@ -241,6 +299,7 @@ def _summary(sorted_ns: list[int]) -> dict[str, float]:
 MODES: dict[str, Callable[[dict[str, Any], Callable[[], None]], dict[str, Any]]] = {
     "official": run_official,
     "sender": run_sender,
+    "ceiling": run_ceiling,
     "consumer": run_consumer,
 }
 

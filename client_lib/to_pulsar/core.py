@@ -20,6 +20,7 @@ from .encoding import (
     encode_any_partition,
     encode_message_record,
     encode_partition_key,
+    encode_plain,
 )
 from .errors import DaemonUnavailableError, MessageTooLargeError, SendTimeoutError, ToPulsarError
 
@@ -88,6 +89,8 @@ def encode_message(
     ``properties`` a Message record; ``timestamp_ms`` None means now, 0 means no event time."""
     if timestamp_ms is None:
         timestamp_ms = _time_ns() // 1_000_000
+    if key is None and not properties and type(value) is bytes:
+        return encode_plain(topic, value, partition_key, timestamp_ms)
     if properties:
         key = b"" if key is None else key
         return encode_message_record(topic, value, key, timestamp_ms, partition_key, properties)

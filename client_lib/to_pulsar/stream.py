@@ -149,7 +149,17 @@ class StreamSender:
         ``timestamp_ms`` defaults to now, 0 means "no event time". Blocks only when
         the buffer is full and the daemon is not reading, up to ``timeout``.
         """
-        self._append(encode_message(topic, value, key, partition_key, timestamp_ms, properties))
+        record = encode_message(topic, value, key, partition_key, timestamp_ms, properties)
+        with self._write_lock:  # _append, inlined: this is the per-message path
+            if self._closed is not None:
+                self._check_open()
+            state = self._state
+            if len(state.out) >= self._chunk:
+                # May time out: then this record is not taken (the buffer stays as it was).
+                deadline = None if self._timeout is None else _monotonic() + self._timeout
+                self._write_out(deadline, self._timeout)
+            state.out += record  # StreamState.append, inlined
+            state.unconfirmed += 1
 
     def send_raw(self, record: bytes) -> None:
         """Queue an already encoded AnyPartition/PartitionKey record (e.g. encoded once)."""

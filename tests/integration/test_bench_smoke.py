@@ -35,6 +35,7 @@ def test_quick_bench_runs_and_loses_nothing(tmp_path: Path) -> None:
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "rate (a) official client, msg/s" in result.stdout, output
+    assert "kernel ceiling, msg/s" in result.stdout, output
     assert "rate (b) daemon, msg/s" in result.stdout, output
     assert "median ratio b/a" in result.stdout, output
     assert "no messages lost" in result.stdout, output

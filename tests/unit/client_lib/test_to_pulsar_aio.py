@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,29 +20,7 @@ from to_pulsar import (
 )
 from to_pulsar.paths import SOCKET_ENV_VAR
 
-
-@pytest.fixture
-def sock_path(tmp_path: Path) -> Iterator[Path]:
-    """A socket path short enough for sun_path (108 bytes) even with a deep tmp_path."""
-    if len(str(tmp_path)) < 90:
-        yield tmp_path / "d.sock"
-        return
-    with tempfile.TemporaryDirectory(prefix="tp") as short:
-        yield Path(short) / "d.sock"
-
-
-def bind(path: Path) -> socket.socket:
-    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    receiver.bind(str(path))
-    receiver.settimeout(5)
-    return receiver
-
-
-@pytest.fixture
-def receiver(sock_path: Path) -> Iterator[socket.socket]:
-    sock = bind(sock_path)
-    yield sock
-    sock.close()
+from tests.unit.client_lib.conftest import bind
 
 
 def drain(receiver: socket.socket) -> list[bytes]:

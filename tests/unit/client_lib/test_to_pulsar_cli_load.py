@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,16 +29,6 @@ INTERRUPTED = re.compile(
     r"to_pulsar: interrupted: sent (\d+) of (\d+) messages in (\d+\.\d\d) s \((\d+) msg/s\)"
 )
 STOP = b"\x00stop-draining"
-
-
-@pytest.fixture
-def sock_path(tmp_path: Path) -> Iterator[Path]:
-    """A socket path short enough for sun_path (108 bytes) even with a deep tmp_path."""
-    if len(str(tmp_path)) < 90:
-        yield tmp_path / "d.sock"
-        return
-    with tempfile.TemporaryDirectory(prefix="tp") as short:
-        yield Path(short) / "d.sock"
 
 
 @pytest.fixture

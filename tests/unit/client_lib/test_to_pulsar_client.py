@@ -7,9 +7,7 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,31 +23,9 @@ from to_pulsar import (
 )
 from to_pulsar.paths import DEFAULT_SOCKET_PATH, SOCKET_ENV_VAR, resolve_socket_path
 
+from tests.unit.client_lib.conftest import bind
+
 PACKAGE_DIR = Path(to_pulsar.__file__).resolve().parent
-
-
-@pytest.fixture
-def sock_path(tmp_path: Path) -> Iterator[Path]:
-    """A socket path short enough for sun_path (108 bytes) even with a deep tmp_path."""
-    if len(str(tmp_path)) < 90:
-        yield tmp_path / "d.sock"
-        return
-    with tempfile.TemporaryDirectory(prefix="tp") as short:
-        yield Path(short) / "d.sock"
-
-
-def bind(path: Path) -> socket.socket:
-    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    receiver.bind(str(path))
-    receiver.settimeout(5)
-    return receiver
-
-
-@pytest.fixture
-def receiver(sock_path: Path) -> Iterator[socket.socket]:
-    sock = bind(sock_path)
-    yield sock
-    sock.close()
 
 
 def test_send_any_partition_exact_bytes(sock_path: Path, receiver: socket.socket) -> None:
