@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import Mapping
-from types import TracebackType
 
 from .aio_stream import AsyncStreamSender
 from .core import (
@@ -26,20 +24,19 @@ from .core import (
     WAIT,
     check_timeout,
     connect_unix,
-    encode_message,
     gone_again_error,
     send_action,
     send_error,
 )
-from .encoding import Payload
 from .errors import SendTimeoutError, ToPulsarError
 from .paths import resolve_socket_path
 from .protocol import FlushResult
+from .sending import AsyncSend
 
 __all__ = ["AsyncSender", "AsyncStreamSender", "FlushResult"]
 
 
-class AsyncSender:
+class AsyncSender(AsyncSend):
     """Send Bruce-format messages to the local pulsar-bruce daemon from asyncio code.
 
     Connects at construction (no event loop needed) so a missing daemon is reported
@@ -65,35 +62,6 @@ class AsyncSender:
         self._waiter: asyncio.Future[None] | None = None
         self._sock = self._connect()
 
-    @property
-    def socket_path(self) -> str:
-        """The daemon socket this sender is (re)connected to."""
-        return self._path
-
-    @property
-    def timeout(self) -> float | None:
-        """Seconds a send may wait for queue space (None: forever, 0: not at all)."""
-        return self._timeout
-
-    async def send(
-        self,
-        topic: str | bytes,
-        value: Payload,
-        *,
-        key: Payload | None = None,
-        partition_key: int | None = None,
-        timestamp_ms: int | None = None,
-        properties: Mapping[str, str] | None = None,
-    ) -> None:
-        """Encode and send one message (same arguments as :meth:`Sender.send`).
-
-        Without ``partition_key`` the daemon picks the partition (AnyPartition);
-        ``timestamp_ms`` defaults to now, 0 means "no event time".
-        """
-        await self.send_raw(
-            encode_message(topic, value, key, partition_key, timestamp_ms, properties)
-        )
-
     async def send_raw(self, datagram: bytes) -> None:
         """Send an already encoded datagram, waiting (up to the timeout) while the queue is full."""
         if self._closed:
@@ -105,6 +73,8 @@ class AsyncSender:
             if self._timeout == 0:
                 raise SendTimeoutError(f"daemon socket {self._path} queue is full (timeout=0)")
         await self._send_waiting(datagram)
+
+    _submit = send_raw
 
     def close(self) -> None:
         """Close the socket; a send waiting for room and later sends raise ToPulsarError.
@@ -121,17 +91,6 @@ class AsyncSender:
             if not waiter.done():
                 waiter.set_exception(ToPulsarError("AsyncSender was closed while sending"))
         self._sock.close()
-
-    async def __aenter__(self) -> AsyncSender:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"

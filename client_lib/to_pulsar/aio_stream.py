@@ -11,20 +11,18 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import Mapping
-from types import TracebackType
 
-from .core import check_timeout, connect_unix, encode_message
-from .encoding import Payload
+from .core import check_timeout, connect_unix
 from .errors import SendTimeoutError, StreamClosedError, StreamProtocolError, ToPulsarError
 from .paths import resolve_stream_socket_path
 from .protocol import FlushResult, StreamState, check_record
+from .sending import AsyncSend, StreamEndpoint
 from .stream import CLOSED_ERRNOS, DEFAULT_CHUNK_BYTES, RECV_BYTES, SEND_FLAGS, closed_error
 
 __all__ = ["AsyncStreamSender"]
 
 
-class AsyncStreamSender:
+class AsyncStreamSender(AsyncSend, StreamEndpoint):
     """asyncio :class:`~to_pulsar.stream.StreamSender`: ``await send()``, ``await flush()``.
 
     Connects at construction (no event loop needed; :class:`DaemonUnavailableError`
@@ -74,38 +72,6 @@ class AsyncStreamSender:
         self._io_waits: dict[bool, asyncio.Future[None]] = {}
         self._sock = connect_unix(self._path, socket.SOCK_STREAM, self._timeout)
         self._sock.setblocking(False)
-
-    @property
-    def socket_path(self) -> str:
-        return self._path
-
-    @property
-    def timeout(self) -> float | None:
-        return self._timeout
-
-    @property
-    def closed(self) -> bool:
-        return self._closed is not None
-
-    @property
-    def unconfirmed(self) -> int:
-        """Messages sent on this connection that no answered flush has covered yet."""
-        return self._state.unconfirmed_total
-
-    async def send(
-        self,
-        topic: str | bytes,
-        value: Payload,
-        *,
-        key: Payload | None = None,
-        partition_key: int | None = None,
-        timestamp_ms: int | None = None,
-        properties: Mapping[str, str] | None = None,
-    ) -> None:
-        """Encode and queue one message (same arguments as :meth:`StreamSender.send`)."""
-        await self._append(
-            encode_message(topic, value, key, partition_key, timestamp_ms, properties)
-        )
 
     async def send_raw(self, record: bytes) -> None:
         """Queue an already encoded AnyPartition/PartitionKey record."""
@@ -191,20 +157,6 @@ class AsyncStreamSender:
         """Close at once, dropping whatever is still buffered (as on an exception). Idempotent."""
         self._shut(ToPulsarError("AsyncStreamSender is closed"))
 
-    async def __aenter__(self) -> AsyncStreamSender:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            await self.aclose()
-        else:
-            self.abort()
-
     def __repr__(self) -> str:
         state = "closed" if self._closed is not None else "open"
         return f"<AsyncStreamSender {self._path!r} timeout={self._timeout} {state}>"
@@ -235,6 +187,8 @@ class AsyncStreamSender:
         finally:
             self._waiting -= 1
         state.append(record)
+
+    _submit = _append
 
     async def _write_out(self, loop: asyncio.AbstractEventLoop) -> None:
         """Write the whole buffer, waiting for writability on the loop (the caller's

@@ -7,8 +7,7 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from types import TracebackType
+from collections.abc import Callable, Iterable, Sequence
 
 from . import mmsg
 from .core import (
@@ -23,6 +22,7 @@ from .core import (
 from .encoding import Payload
 from .errors import ToPulsarError
 from .paths import resolve_socket_path
+from .sending import SyncSend
 
 __all__ = ["Message", "Sender"]
 
@@ -71,7 +71,7 @@ def _closed_send(datagram: bytes, /) -> int:
     raise ToPulsarError("Sender is closed")
 
 
-class Sender:
+class Sender(SyncSend):
     """Send Bruce-format messages to the local pulsar-bruce daemon.
 
     Connects at construction so a missing daemon is reported early. ``timeout`` is
@@ -97,43 +97,14 @@ class Sender:
         self._sock = self._connect()
         self._send = self._sock.send
 
-    @property
-    def socket_path(self) -> str:
-        """The daemon socket this sender is (re)connected to."""
-        return self._path
-
-    @property
-    def timeout(self) -> float | None:
-        """Seconds a send may wait for queue space (None: forever, 0: not at all)."""
-        return self._timeout
-
-    def send(
-        self,
-        topic: str | bytes,
-        value: Payload,
-        *,
-        key: Payload | None = None,
-        partition_key: int | None = None,
-        timestamp_ms: int | None = None,
-        properties: Mapping[str, str] | None = None,
-    ) -> None:
-        """Encode and send one message.
-
-        Without ``partition_key`` the daemon picks the partition (AnyPartition);
-        ``timestamp_ms`` defaults to now, 0 means "no event time".
-        """
-        datagram = encode_message(topic, value, key, partition_key, timestamp_ms, properties)
-        try:
-            self._send(datagram)
-        except OSError as exc:
-            self._recover(datagram, exc)
-
     def send_raw(self, datagram: bytes) -> None:
         """Send an already encoded datagram (e.g. one encoded once and sent many times)."""
         try:
             self._send(datagram)
         except OSError as exc:
             self._recover(datagram, exc)
+
+    _submit = send_raw
 
     def send_many(self, messages: Iterable[Message], *, timestamp_ms: int | None = None) -> None:
         """Encode and send many messages, in order, with as few system calls as possible.
@@ -179,17 +150,6 @@ class Sender:
         """
         self._send = _closed_send
         self._sock.close()
-
-    def __enter__(self) -> Sender:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._send is _closed_send else "open"

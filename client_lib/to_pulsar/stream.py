@@ -29,11 +29,8 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Mapping
-from types import TracebackType
 
-from .core import check_timeout, connect_unix, encode_message
-from .encoding import Payload
+from .core import check_timeout, connect_unix
 from .errors import (
     SendTimeoutError,
     StreamClosedError,
@@ -42,6 +39,7 @@ from .errors import (
 )
 from .paths import resolve_stream_socket_path
 from .protocol import FlushResult, StreamState, check_record
+from .sending import StreamEndpoint, SyncSend
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "FlushResult", "StreamSender"]
 
@@ -64,7 +62,7 @@ def closed_error(path: str, unconfirmed: int, when: str) -> StreamClosedError:
     )
 
 
-class StreamSender:
+class StreamSender(SyncSend, StreamEndpoint):
     """Send messages over the daemon's stream socket and confirm them with :meth:`flush`.
 
     Connects at construction (:class:`DaemonUnavailableError` if no daemon is
@@ -113,53 +111,6 @@ class StreamSender:
         # Non-blocking, with waits in poll(): a socket timeout would be shared by the
         # thread writing and the thread reading.
         self._sock.setblocking(False)
-
-    @property
-    def socket_path(self) -> str:
-        """The daemon stream socket this sender is connected to."""
-        return self._path
-
-    @property
-    def timeout(self) -> float | None:
-        """Seconds a blocked write (and, by default, a flush) may wait; None: forever."""
-        return self._timeout
-
-    @property
-    def closed(self) -> bool:
-        return self._closed is not None
-
-    @property
-    def unconfirmed(self) -> int:
-        """Messages sent on this connection that no answered flush has covered yet."""
-        return self._state.unconfirmed_total
-
-    def send(
-        self,
-        topic: str | bytes,
-        value: Payload,
-        *,
-        key: Payload | None = None,
-        partition_key: int | None = None,
-        timestamp_ms: int | None = None,
-        properties: Mapping[str, str] | None = None,
-    ) -> None:
-        """Encode and queue one message (same arguments as :meth:`to_pulsar.Sender.send`).
-
-        Without ``partition_key`` the daemon picks the partition (AnyPartition);
-        ``timestamp_ms`` defaults to now, 0 means "no event time". Blocks only when
-        the buffer is full and the daemon is not reading, up to ``timeout``.
-        """
-        record = encode_message(topic, value, key, partition_key, timestamp_ms, properties)
-        with self._write_lock:  # _append, inlined: this is the per-message path
-            if self._closed is not None:
-                self._check_open()
-            state = self._state
-            if len(state.out) >= self._chunk:
-                # May time out: then this record is not taken (the buffer stays as it was).
-                deadline = None if self._timeout is None else _monotonic() + self._timeout
-                self._write_out(deadline, self._timeout)
-            state.out += record  # StreamState.append, inlined
-            state.unconfirmed += 1
 
     def send_raw(self, record: bytes) -> None:
         """Queue an already encoded AnyPartition/PartitionKey record (e.g. encoded once)."""
@@ -216,20 +167,6 @@ class StreamSender:
         """Close at once, dropping whatever is still buffered. Idempotent."""
         self._shut(ToPulsarError("StreamSender is closed"))
 
-    def __enter__(self) -> StreamSender:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
-
     def __repr__(self) -> str:
         state = "closed" if self._closed is not None else "open"
         return f"<StreamSender {self._path!r} timeout={self._timeout} {state}>"
@@ -245,6 +182,8 @@ class StreamSender:
                 deadline = None if self._timeout is None else _monotonic() + self._timeout
                 self._write_out(deadline, self._timeout)
             state.append(record)
+
+    _submit = _append
 
     def _write_out(self, deadline: float | None, wait: float | None) -> None:
         """Write the whole buffer; on timeout the unwritten rest (even half a record) stays."""
