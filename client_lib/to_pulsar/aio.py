@@ -15,28 +15,25 @@ reading (backpressure), and with ``loop.add_reader`` for flush confirmations.
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 
 from .aio_stream import AsyncStreamSender
 from .core import (
     RECONNECT,
     WAIT,
-    check_timeout,
     connect_unix,
     gone_again_error,
     send_action,
     send_error,
 )
 from .errors import SendTimeoutError, ToPulsarError
-from .paths import resolve_socket_path
 from .protocol import FlushResult
-from .sending import AsyncSend
+from .sending import AsyncSend, DatagramEndpoint
 
 __all__ = ["AsyncSender", "AsyncStreamSender", "FlushResult"]
 
 
-class AsyncSender(AsyncSend):
+class AsyncSender(AsyncSend, DatagramEndpoint):
     """Send Bruce-format messages to the local pulsar-bruce daemon from asyncio code.
 
     Connects at construction (no event loop needed) so a missing daemon is reported
@@ -45,15 +42,9 @@ class AsyncSender(AsyncSend):
     :class:`~to_pulsar.Sender`; reconnecting after a daemon restart is best-effort.
     """
 
-    __slots__ = ("_closed", "_lock", "_path", "_sock", "_timeout", "_waiter", "_waiting")
+    __slots__ = ("_closed", "_lock", "_sock", "_waiter", "_waiting")
 
-    def __init__(
-        self,
-        socket_path: str | os.PathLike[str] | None = None,
-        timeout: float | None = 5.0,
-    ) -> None:
-        self._timeout = check_timeout(timeout)
-        self._path = resolve_socket_path(socket_path)
+    def _setup(self) -> None:
         self._closed = False
         # Serialises the sends that have to wait; created lazily in the running loop.
         self._lock: asyncio.Lock | None = None

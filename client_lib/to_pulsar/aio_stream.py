@@ -9,15 +9,13 @@ with the sync sender.
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 
 from .core import check_timeout, connect_unix
-from .errors import SendTimeoutError, StreamClosedError, StreamProtocolError, ToPulsarError
-from .paths import resolve_stream_socket_path
-from .protocol import FlushResult, StreamState, check_record
-from .sending import AsyncSend, StreamEndpoint
-from .stream import CLOSED_ERRNOS, DEFAULT_CHUNK_BYTES, RECV_BYTES, SEND_FLAGS, closed_error
+from .errors import SendTimeoutError, StreamProtocolError, ToPulsarError
+from .protocol import FlushResult, check_record
+from .sending import AsyncSend, StreamEndpoint, closed_error
+from .stream import RECV_BYTES, SEND_FLAGS
 
 __all__ = ["AsyncStreamSender"]
 
@@ -38,31 +36,9 @@ class AsyncStreamSender(AsyncSend, StreamEndpoint):
     writes what the socket takes at once and raises for the rest.
     """
 
-    __slots__ = (
-        "_chunk",
-        "_closed",
-        "_io_waits",
-        "_path",
-        "_read_lock",
-        "_sock",
-        "_state",
-        "_timeout",
-        "_waiting",
-        "_write_lock",
-    )
+    __slots__ = ("_io_waits", "_read_lock", "_sock", "_waiting", "_write_lock")
 
-    def __init__(
-        self,
-        socket_path: str | os.PathLike[str] | None = None,
-        timeout: float | None = 30.0,
-        *,
-        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    ) -> None:
-        self._timeout = check_timeout(timeout)
-        self._path = resolve_stream_socket_path(socket_path)
-        self._chunk = max(1, chunk_bytes)
-        self._state = StreamState()
-        self._closed: ToPulsarError | None = None
+    def _setup(self) -> None:
         # Created lazily in the running loop: writes (and flush requests) go out one
         # task at a time, and one task at a time reads answers.
         self._write_lock: asyncio.Lock | None = None
@@ -263,19 +239,6 @@ class AsyncStreamSender(AsyncSend, StreamEndpoint):
             "(its buffer stays full)"
         )
 
-    def _io_error(self, exc: OSError, when: str) -> ToPulsarError:
-        if self._closed is not None:
-            return StreamClosedError(f"the stream connection is unusable: {self._closed}")
-        if exc.errno in CLOSED_ERRNOS or isinstance(exc, ConnectionError):
-            return self._fail(closed_error(self._path, self.unconfirmed, when))
-        return self._fail(
-            ToPulsarError(f"stream socket {self._path} failed {when} ({exc.strerror or exc})")
-        )
-
-    def _fail(self, exc: ToPulsarError) -> ToPulsarError:
-        self._shut(exc)
-        return exc
-
     def _shut(self, reason: ToPulsarError) -> None:
         if self._closed is not None:
             return
@@ -291,9 +254,3 @@ class AsyncStreamSender(AsyncSend, StreamEndpoint):
                 waiter.set_result(None)  # the woken task sees the sender closed
         self._io_waits.clear()
         self._sock.close()
-
-    def _check_open(self) -> None:
-        if self._closed is not None:
-            if isinstance(self._closed, StreamClosedError | StreamProtocolError):
-                raise StreamClosedError(f"the stream connection is unusable: {self._closed}")
-            raise self._closed

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import socket
 import struct
 import time
@@ -12,7 +11,6 @@ from collections.abc import Callable, Iterable, Sequence
 from . import mmsg
 from .core import (
     RECONNECT,
-    check_timeout,
     connect_unix,
     encode_message,
     gone_again_error,
@@ -21,8 +19,7 @@ from .core import (
 )
 from .encoding import Payload
 from .errors import ToPulsarError
-from .paths import resolve_socket_path
-from .sending import SyncSend
+from .sending import DatagramEndpoint, SyncSend
 
 __all__ = ["Message", "Sender"]
 
@@ -71,7 +68,7 @@ def _closed_send(datagram: bytes, /) -> int:
     raise ToPulsarError("Sender is closed")
 
 
-class Sender(SyncSend):
+class Sender(SyncSend, DatagramEndpoint):
     """Send Bruce-format messages to the local pulsar-bruce daemon.
 
     Connects at construction so a missing daemon is reported early. ``timeout`` is
@@ -83,17 +80,11 @@ class Sender(SyncSend):
     which would poll() before every send and double the syscalls per message.
     """
 
-    __slots__ = ("_path", "_send", "_sock", "_timeout")
+    __slots__ = ("_send", "_sock")
 
     _send: Callable[[bytes], int]
 
-    def __init__(
-        self,
-        socket_path: str | os.PathLike[str] | None = None,
-        timeout: float | None = 5.0,
-    ) -> None:
-        self._timeout = check_timeout(timeout)
-        self._path = resolve_socket_path(socket_path)
+    def _setup(self) -> None:
         self._sock = self._connect()
         self._send = self._sock.send
 

@@ -8,16 +8,29 @@ The sync and asyncio ``send()`` are the same but for ``await``.
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import Self
 
-from .core import encode_message
+from .core import check_timeout, encode_message
 from .encoding import Payload
+from .errors import StreamClosedError, StreamProtocolError, ToPulsarError
+from .paths import resolve_socket_path, resolve_stream_socket_path
+from .protocol import StreamState
 
-if TYPE_CHECKING:
-    from .errors import ToPulsarError
-    from .protocol import StreamState
+#: Stream records are written once this many bytes are buffered (and at every flush).
+DEFAULT_CHUNK_BYTES = 256 * 1024
+#: Errors on a stream write or read that mean the daemon closed the connection.
+CLOSED_ERRNOS = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ECONNABORTED})
+
+
+def closed_error(path: str, unconfirmed: int, when: str) -> StreamClosedError:
+    return StreamClosedError(
+        f"daemon closed the stream connection on {path} {when} "
+        f"({unconfirmed} {'message' if unconfirmed == 1 else 'messages'} unconfirmed)"
+    )
 
 
 class Endpoint:
@@ -136,12 +149,43 @@ class AsyncSend(Endpoint):
         raise NotImplementedError
 
 
-class StreamEndpoint:
-    """What both stream senders report about their connection."""
+class DatagramEndpoint:
+    """Construction of both datagram senders: resolve, validate, then ``_setup()`` connects."""
 
-    __slots__ = ()
-    _closed: ToPulsarError | None
-    _state: StreamState
+    __slots__ = ("_path", "_timeout")
+
+    def __init__(
+        self, socket_path: str | os.PathLike[str] | None = None, timeout: float | None = 5.0
+    ) -> None:
+        self._timeout = check_timeout(timeout)
+        self._path = resolve_socket_path(socket_path)
+        self._setup()
+
+    def _setup(self) -> None:
+        raise NotImplementedError
+
+
+class StreamEndpoint:
+    """Construction of both stream senders, and what they report about their connection."""
+
+    __slots__ = ("_chunk", "_closed", "_path", "_state", "_timeout")
+
+    def __init__(
+        self,
+        socket_path: str | os.PathLike[str] | None = None,
+        timeout: float | None = 30.0,
+        *,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    ) -> None:
+        self._timeout = check_timeout(timeout)
+        self._path = resolve_stream_socket_path(socket_path)
+        self._chunk = max(1, chunk_bytes)
+        self._state = StreamState()
+        self._closed: ToPulsarError | None = None
+        self._setup()
+
+    def _setup(self) -> None:
+        raise NotImplementedError
 
     @property
     def closed(self) -> bool:
@@ -151,3 +195,27 @@ class StreamEndpoint:
     def unconfirmed(self) -> int:
         """Messages sent on this connection that no answered flush has covered yet."""
         return self._state.unconfirmed_total
+
+    def _io_error(self, exc: OSError, when: str) -> ToPulsarError:
+        if self._closed is not None:  # closed meanwhile, e.g. by another thread or task
+            return StreamClosedError(f"the stream connection is unusable: {self._closed}")
+        if exc.errno in CLOSED_ERRNOS or isinstance(exc, ConnectionError):
+            return self._fail(closed_error(self._path, self.unconfirmed, when))
+        return self._fail(
+            ToPulsarError(f"stream socket {self._path} failed {when} ({exc.strerror or exc})")
+        )
+
+    def _fail(self, exc: ToPulsarError) -> ToPulsarError:
+        """The connection is unusable: close it and remember why; returns ``exc`` to raise."""
+        self._shut(exc)
+        return exc
+
+    def _shut(self, reason: ToPulsarError) -> None:
+        raise NotImplementedError
+
+    def _check_open(self) -> None:
+        """Raise why the sender is closed (a broken connection as StreamClosedError)."""
+        if self._closed is not None:
+            if isinstance(self._closed, StreamClosedError | StreamProtocolError):
+                raise StreamClosedError(f"the stream connection is unusable: {self._closed}")
+            raise self._closed

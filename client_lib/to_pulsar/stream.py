@@ -22,9 +22,7 @@ by ``timeout``. Standard library only.
 
 from __future__ import annotations
 
-import errno
 import math
-import os
 import select
 import socket
 import threading
@@ -33,33 +31,21 @@ import time
 from .core import check_timeout, connect_unix
 from .errors import (
     SendTimeoutError,
-    StreamClosedError,
     StreamProtocolError,
     ToPulsarError,
 )
-from .paths import resolve_stream_socket_path
-from .protocol import FlushResult, StreamState, check_record
-from .sending import StreamEndpoint, SyncSend
+from .protocol import FlushResult, check_record
+from .sending import DEFAULT_CHUNK_BYTES, StreamEndpoint, SyncSend, closed_error
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "FlushResult", "StreamSender"]
 
-#: Records are written once this many bytes are buffered (and at every flush).
-DEFAULT_CHUNK_BYTES = 256 * 1024
 RECV_BYTES = 64 * 1024
 # Linux: report EPIPE instead of raising SIGPIPE when the daemon has gone away.
 SEND_FLAGS = getattr(socket, "MSG_NOSIGNAL", 0)
 # Errors on a write or read that mean the daemon closed the connection.
-CLOSED_ERRNOS = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ECONNABORTED})
 
 _time_ns = time.time_ns
 _monotonic = time.monotonic
-
-
-def closed_error(path: str, unconfirmed: int, when: str) -> StreamClosedError:
-    return StreamClosedError(
-        f"daemon closed the stream connection on {path} {when} "
-        f"({unconfirmed} {'message' if unconfirmed == 1 else 'messages'} unconfirmed)"
-    )
 
 
 class StreamSender(SyncSend, StreamEndpoint):
@@ -80,33 +66,12 @@ class StreamSender(SyncSend, StreamEndpoint):
     it with an exception drops the buffer.
     """
 
-    __slots__ = (
-        "_chunk",
-        "_closed",
-        "_path",
-        "_read_lock",
-        "_sock",
-        "_state",
-        "_state_lock",
-        "_timeout",
-        "_write_lock",
-    )
+    __slots__ = ("_read_lock", "_sock", "_state_lock", "_write_lock")
 
-    def __init__(
-        self,
-        socket_path: str | os.PathLike[str] | None = None,
-        timeout: float | None = 30.0,
-        *,
-        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    ) -> None:
-        self._timeout = check_timeout(timeout)
-        self._path = resolve_stream_socket_path(socket_path)
-        self._chunk = max(1, chunk_bytes)
-        self._state = StreamState()
+    def _setup(self) -> None:
         self._write_lock = threading.Lock()  # the outgoing buffer and the socket's send side
         self._read_lock = threading.Lock()  # one thread at a time reads answers
         self._state_lock = threading.Lock()  # answers, briefly
-        self._closed: ToPulsarError | None = None
         self._sock = connect_unix(self._path, socket.SOCK_STREAM, self._timeout)
         # Non-blocking, with waits in poll(): a socket timeout would be shared by the
         # thread writing and the thread reading.
@@ -255,30 +220,10 @@ class StreamSender(SyncSend, StreamEndpoint):
         if not poller.poll(timeout_ms):
             raise TimeoutError
 
-    def _io_error(self, exc: OSError, when: str) -> ToPulsarError:
-        if self._closed is not None:  # closed meanwhile, e.g. by another thread
-            return StreamClosedError(f"the stream connection is unusable: {self._closed}")
-        if exc.errno in CLOSED_ERRNOS or isinstance(exc, ConnectionError):
-            return self._fail(closed_error(self._path, self.unconfirmed, when))
-        return self._fail(
-            ToPulsarError(f"stream socket {self._path} failed {when} ({exc.strerror or exc})")
-        )
-
-    def _fail(self, exc: ToPulsarError) -> ToPulsarError:
-        """The connection is unusable: close it and remember why; returns ``exc`` to raise."""
-        self._shut(exc)
-        return exc
-
     def _shut(self, reason: ToPulsarError) -> None:
         if self._closed is None:
             self._closed = reason
             self._sock.close()
-
-    def _check_open(self) -> None:
-        if self._closed is not None:
-            if isinstance(self._closed, StreamClosedError | StreamProtocolError):
-                raise StreamClosedError(f"the stream connection is unusable: {self._closed}")
-            raise self._closed
 
 
 def _remaining(deadline: float | None) -> float:
