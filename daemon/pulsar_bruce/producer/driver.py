@@ -37,6 +37,7 @@ from pulsar_bruce.producer.backoff import Backoff
 from pulsar_bruce.producer.delivery import DeliveryListener, DeliveryPolicy
 from pulsar_bruce.producer.faults import error_name, frame_intact, is_permanent
 from pulsar_bruce.producer.partition_producer import PartitionProducer, ReceiptMatch
+from pulsar_bruce.producer.send_timeout import SendTimeout
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,6 @@ class ProducerDriver:
         self._cluster_url: str | None = None
         self.delivery = delivery or DeliveryPolicy()
         self.receipt_timeout_s = self.delivery.receipt_timeout_s
-        self._expiry_check: asyncio.TimerHandle | None = None
         #: Set while the broker refuses this producer for good (a ServerError name).
         self.rejected: str | None = None
         #: Why the producer is being closed and re-created on its connection (None: it is not).
@@ -74,6 +74,13 @@ class ProducerDriver:
         self._task: asyncio.Task[None] | None = None
         self._backoff = Backoff()
         self._loop = asyncio.get_running_loop()
+        self.send_timeout = SendTimeout(
+            producer,
+            listener,
+            self.delivery.send_timeout_s,
+            self._loop,
+            lambda: time.monotonic(),  # looked up per call: tests replace this module's clock
+        )
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -85,8 +92,7 @@ class ProducerDriver:
             self._linger.cancel()
         if self._receipt_check is not None:
             self._receipt_check.cancel()
-        if self._expiry_check is not None:
-            self._expiry_check.cancel()
+        self.send_timeout.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -257,7 +263,7 @@ class ProducerDriver:
 
     def flush(self) -> None:
         """Write every sealed batch not yet written on the current connection."""
-        self._stamp_new_batches()
+        self.send_timeout.stamp()
         if self.rejected is not None:
             self._discard_all(reasons.BROKER_REJECTED)
             return
@@ -286,43 +292,6 @@ class ProducerDriver:
         if self._receipt_check is None and self.producer.in_flight:
             self._receipt_check = self._loop.call_later(
                 self.receipt_timeout_s, self._check_receipts
-            )
-
-    def _stamp_new_batches(self) -> None:
-        """Give just-sealed batches their creation time; arm the send-timeout check."""
-        pending = self.producer.pending
-        if not pending or pending[-1].created_at:
-            return
-        now = time.monotonic()
-        for index in range(len(pending) - 1, -1, -1):
-            if pending[index].created_at:
-                break
-            pending[index].created_at = now
-        timeout = self.delivery.send_timeout_s
-        if timeout and self._expiry_check is None:
-            self._expiry_check = self._loop.call_later(timeout, self._expire)
-
-    def _expire(self) -> None:
-        """Discard batches older than the send timeout, so a stuck topic cannot hide."""
-        self._expiry_check = None
-        timeout = self.delivery.send_timeout_s
-        now = time.monotonic()
-        expired = self.producer.expire(now - timeout)
-        if expired:
-            count = sum(batch.count for batch in expired)
-            for batch in expired:
-                self.listener.batch_discarded(batch, reasons.SEND_TIMEOUT)
-            log.warning(
-                "%s: %d messages not acked within %.0f s; discarded as send_timeout",
-                self.producer.topic,
-                count,
-                timeout,
-            )
-        pending = self.producer.pending
-        if pending:
-            oldest = pending[0].created_at or now
-            self._expiry_check = self._loop.call_later(
-                max(oldest + timeout - now, 0.01), self._expire
             )
 
     def _reject(self, error: str, detail: str) -> None:

@@ -76,7 +76,7 @@ class Intake:
         budget = topic.rate_budget
         if budget is not None and budget <= 0:
             return self._reject(reasons.RATE_LIMITED, data, tag, topic)
-        if topic.key_hash is not None and partition_key < 0 and key:
+        if key and partition_key < 0 and topic.key_hash is not None:
             partition_key = topic.key_hash(key)  # key routing: hashed like a Java producer
         key_field = encode_key_field(key) if key else b""
         if fields:  # a Message record's properties: metadata fields before the key
