@@ -1,5 +1,5 @@
-"""Fixtures of the datagram sender tests: a bound UNIX datagram socket standing in for
-the daemon."""
+"""Fixtures of the sender tests: a bound UNIX datagram socket, or a fake stream daemon,
+standing in for the daemon."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.fakestream import FakeStreamDaemon
 
 
 @pytest.fixture
@@ -33,3 +35,11 @@ def receiver(sock_path: Path) -> Iterator[socket.socket]:
     sock = bind(sock_path)
     yield sock
     sock.close()
+
+
+@pytest.fixture
+def fake(sock_path: Path) -> Iterator[FakeStreamDaemon]:
+    """A fake daemon stream socket at ``sock_path`` (scripted flush answers)."""
+    daemon = FakeStreamDaemon(sock_path)
+    yield daemon
+    daemon.close()

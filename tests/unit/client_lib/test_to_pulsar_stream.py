@@ -6,10 +6,8 @@ import os
 import socket
 import struct
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,24 +32,6 @@ from to_pulsar.protocol import (
 )
 
 from tests.support.fakestream import FakeStreamDaemon, Flush, flush_response
-
-
-@pytest.fixture
-def sock_path(tmp_path: Path) -> Iterator[Path]:
-    """A socket path short enough for sun_path (108 bytes) even with a deep tmp_path."""
-    if len(str(tmp_path)) < 90:
-        yield tmp_path / "s.sock"
-        return
-    with tempfile.TemporaryDirectory(prefix="tp") as short:
-        yield Path(short) / "s.sock"
-
-
-@pytest.fixture
-def fake(sock_path: Path) -> Iterator[FakeStreamDaemon]:
-    daemon = FakeStreamDaemon(sock_path)
-    yield daemon
-    daemon.close()
-
 
 # -- protocol -----------------------------------------------------------------------------------
 

@@ -35,13 +35,6 @@ def sock_path(tmp_path: Path) -> Iterator[Path]:
         yield Path(short) / "s.sock"
 
 
-@pytest.fixture
-def fake(sock_path: Path) -> Iterator[FakeStreamDaemon]:
-    daemon = FakeStreamDaemon(sock_path)
-    yield daemon
-    daemon.close()
-
-
 def value_of(record: bytes) -> bytes:
     """Value of an AnyPartition record."""
     (topic_size,) = struct.unpack_from(">h", record, 10)

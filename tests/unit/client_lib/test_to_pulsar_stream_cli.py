@@ -27,13 +27,6 @@ def sock_path(tmp_path: Path) -> Iterator[Path]:
         yield Path(short) / "s.sock"
 
 
-@pytest.fixture
-def fake(sock_path: Path) -> Iterator[FakeStreamDaemon]:
-    daemon = FakeStreamDaemon(sock_path)
-    yield daemon
-    daemon.close()
-
-
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     pythonpath = os.pathsep.join(filter(None, [str(CLIENT_LIB), os.environ.get("PYTHONPATH")]))
     return subprocess.run(

@@ -62,13 +62,6 @@ def sock_path(tmp_path: Path) -> Iterator[Path]:
         yield Path(short) / "s.sock"
 
 
-@pytest.fixture
-def fake(sock_path: Path) -> Iterator[FakeStreamDaemon]:
-    daemon = FakeStreamDaemon(sock_path)
-    yield daemon
-    daemon.close()
-
-
 def schema(**columns: object) -> StructType:
     return StructType([StructField(name, t, True) for name, t in columns.items()])
 
