@@ -6,15 +6,24 @@ memory figures come straight from ``/proc`` (no psutil).
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
+from to_pulsar import Sender
+
+from bench.workers import STAMP
 from tests.support import processes
 from tests.support.processes import (
     ROOT,
@@ -26,11 +35,13 @@ from tests.support.processes import (
     wait_for,
 )
 
-__all__ = ["ROOT", "Broker", "Counters", "Daemon", "Worker", "wait_for"]
+__all__ = ["ROOT", "BenchBase", "Broker", "Counters", "Daemon", "Worker", "wait_for"]
 
 BENCH = Path(__file__).resolve().parent
 QLEN_PATH = Path("/proc/sys/net/unix/max_dgram_qlen")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+#: How often the daemon's /metrics is polled while waiting for acks.
+POLL_S = 0.005
 
 
 #: A process failed or a condition was not met in time.
@@ -128,6 +139,27 @@ def read_qlen() -> int:
     return int(QLEN_PATH.read_text())
 
 
+@contextlib.contextmanager
+def max_dgram_qlen(value: int | None) -> Iterator[None]:
+    """Set net.unix.max_dgram_qlen for the run (root only) and restore it afterwards."""
+    if value is None:
+        yield
+        return
+    if os.geteuid() != 0:
+        raise SystemExit("--set-qlen needs root (it writes /proc/sys/net/unix/max_dgram_qlen)")
+    old = read_qlen()
+    QLEN_PATH.write_text(f"{value}\n")
+    print(
+        f"note: net.unix.max_dgram_qlen set to {value} for this run (was {old}); "
+        f"it applies to sockets created from now on and is restored to {old} on exit",
+        flush=True,
+    )
+    try:
+        yield
+    finally:
+        QLEN_PATH.write_text(f"{old}\n")
+
+
 def machine_description() -> dict[str, Any]:
     model = "unknown"
     with open("/proc/cpuinfo") as cpuinfo:
@@ -185,6 +217,24 @@ class Daemon(processes.Daemon):
         return super().counters()
 
     scrape = counters
+
+    def poll_settled(self, target: int, timeout: float, what: str) -> tuple[float, int]:
+        """Scrape every ``POLL_S`` until ``settled`` (acked + discarded) reaches ``target``.
+
+        Returns when it did (``time.monotonic()``) and in how many scrapes the accounting
+        identity (received = acked + discarded + buffered) did not hold.
+        """
+        deadline = time.monotonic() + timeout
+        broken = 0
+        while True:
+            counters = self.scrape()
+            broken += not counters.identity_holds()
+            if counters.settled >= target:
+                return time.monotonic(), broken
+            if time.monotonic() > deadline:
+                raise BenchError(f"{what}: only {counters} after the deadline")
+            self.check_alive()
+            time.sleep(POLL_S)
 
 
 # -- worker subprocesses -----------------------------------------------------------------------
@@ -250,3 +300,151 @@ class Worker:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait(10)
+
+
+# -- what every bench run shares -------------------------------------------------------------
+
+
+class BenchBase:
+    """A run's worker processes (each killed on the way out), their logs, its losses, and
+    the daemon-side checks."""
+
+    def __init__(self, args: argparse.Namespace, workdir: Path):
+        self.args = args
+        self.workdir = workdir
+        self.failures: list[str] = []
+        self.run_id = f"{os.getpid()}-{int(time.time())}"
+        self._counter = 0
+        self.workers: list[Worker] = []
+
+    def path(self, name: str) -> Path:
+        self._counter += 1
+        return self.workdir / f"{self._counter:03d}-{name}.log"
+
+    def worker(self, mode: str, params: dict[str, Any], name: str) -> Worker:
+        started = Worker(mode, params, self.path(name))
+        self.workers.append(started)
+        return started
+
+    def kill_workers(self) -> None:
+        for worker in self.workers:
+            worker.kill()
+
+    def fail(self, what: str) -> None:
+        self.failures.append(what)
+        print(f"  LOSS: {what}", flush=True)
+
+    def warm_topic(self, daemon: Daemon, topic: str, keyed: bool, partitions: int) -> None:
+        """Make the daemon look up the topic and create its producers before timing.
+
+        Sends ``4 * partitions`` messages whose stamp is sequence -1 (sender 0), which
+        consumers of the topic skip."""
+        before = daemon.scrape()
+        count = max(partitions, 1) * 4
+        pad = b"w" * 84
+        with Sender(daemon.socket_path) as sender:
+            for i in range(count):
+                value = STAMP.pack(0, -1) + pad
+                sender.send(topic, value, partition_key=i if keyed else None)
+        after = daemon.wait_settled(before.received + count, 60)
+        if after.acked - before.acked != count:
+            raise BenchError(f"warm-up of {topic} not acked: {after}")
+
+    def check_daemon_run(self, what: str, base: Counters, end: Counters, sent: int) -> bool:
+        """Every datagram sent was received and acked, none discarded (else a loss)."""
+        received = end.received - base.received
+        acked = end.acked - base.acked
+        discarded = {
+            reason: count - base.discarded.get(reason, 0)
+            for reason, count in end.discarded.items()
+            if count != base.discarded.get(reason, 0)
+        }
+        if received == sent and acked == sent and not discarded:
+            return True
+        self.fail(
+            f"{what}: sent {sent}, received {received}, acked {acked}, discarded {discarded}, "
+            f"unaccounted {sent - acked - sum(discarded.values())}"
+        )
+        return False
+
+
+def add_run_args(parser: argparse.ArgumentParser) -> None:
+    """--set-qlen, --json and --workdir, as every bench takes them."""
+    parser.add_argument(
+        "--set-qlen",
+        type=int,
+        metavar="N",
+        help="as root: write N to /proc/sys/net/unix/max_dgram_qlen for the run",
+    )
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write results as JSON")
+    parser.add_argument("--workdir", type=Path, help="keep brokers' data and logs here")
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def open_run(stack: contextlib.ExitStack, args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
+    """Start a run inside ``stack``: SIGTERM unwinds like Ctrl-C (so children are stopped
+    and the qlen restored), --set-qlen applied, the work dir (--workdir, or a temp dir),
+    and the machine's description with the code snapshotted into the work dir."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    stack.enter_context(max_dgram_qlen(args.set_qlen))
+    if args.workdir:
+        workdir: Path = args.workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+    else:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-")))
+    machine = machine_description()
+    machine["code"] = snapshot_sources(workdir / "src")
+    return workdir, machine
+
+
+def print_machine(title: str, machine: dict[str, Any], qlen_set: bool) -> None:
+    """The head of a report: what ran where."""
+    versions = ", ".join(f"{k} {v}" for k, v in machine["versions"].items())
+    print(title)
+    print(
+        f"machine: {machine['cpu_model']}, {machine['cores']} cores "
+        f"({machine['cores_usable']} usable), {machine['memory_gib']} GiB"
+    )
+    print(f"kernel: {machine['kernel']}; Python {machine['python']}; {versions}")
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"code: {machine['code']} (copied at start; every process of the run uses the copy)")
+    print(
+        f"net.unix.max_dgram_qlen = {machine['max_dgram_qlen']}"
+        + (
+            ""
+            if qlen_set
+            else "  (datagram senders block once this many are queued; see --set-qlen)"
+        )
+    )
+
+
+def print_footer(results: dict[str, Any], all_well: str) -> None:
+    """The end of a report: wall time, what else ran meanwhile, and any losses (else
+    ``all_well``)."""
+    wall = results["wall_s"]
+    print(
+        f"wall time {wall:.0f} s; meanwhile other processes on the machine used "
+        f"{results['other_cpu_s']:.1f} CPU-s ({results['other_cpu_s'] / wall:.0%} of one core) "
+        f"and the hypervisor stole {results['steal_s']:.1f} s"
+    )
+    if results["lost"]:
+        print(f"FAILED: {len(results['lost'])} problem(s):")
+        for what in results["lost"]:
+            print(f"  {what}")
+    else:
+        print(all_well)
+
+
+def cli(main: Callable[[], int]) -> NoReturn:
+    """Run a bench's ``main``: exit with its code, 2 if the bench itself failed, 130 on Ctrl-C."""
+    try:
+        sys.exit(main())
+    except BenchError as exc:
+        print(f"bench failed: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -31,35 +31,24 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from to_pulsar import Sender
-
+from bench import harness
 from bench.harness import (
-    QLEN_PATH,
-    BenchError,
+    BenchBase,
     Broker,
     Counters,
     Daemon,
     MachineCpu,
-    Worker,
     cpu_seconds,
-    machine_description,
     memory_kib,
-    read_qlen,
-    snapshot_sources,
     wait_for,
 )
 from bench.profile_summary import summarize
-from bench.workers import STAMP
 
-#: How often the daemon's /metrics is polled while waiting for acks.
-POLL_S = 0.005
 #: The daemon's buffer for every run (the 1M-message hold needs more than the default).
 DAEMON_ARGS = ["--buffer-max-bytes", "512MiB"]
 
@@ -102,34 +91,12 @@ class RowResult:
         return [b.rate / a.rate for a, b in zip(self.official, self.daemon, strict=True)]
 
 
-class Bench:
+class Bench(BenchBase):
     """The measurements; every worker it starts is killed on the way out."""
 
     def __init__(self, args: argparse.Namespace, workdir: Path):
-        self.args = args
-        self.workdir = workdir
-        self.failures: list[str] = []
-        self.run_id = f"{os.getpid()}-{int(time.time())}"
-        self._counter = 0
-        self.workers: list[Worker] = []
+        super().__init__(args, workdir)
         self.profile_outputs: list[Path] = []
-
-    def path(self, name: str) -> Path:
-        self._counter += 1
-        return self.workdir / f"{self._counter:03d}-{name}.log"
-
-    def worker(self, mode: str, params: dict[str, Any], name: str) -> Worker:
-        started = Worker(mode, params, self.path(name))
-        self.workers.append(started)
-        return started
-
-    def kill_workers(self) -> None:
-        for worker in self.workers:
-            worker.kill()
-
-    def fail(self, what: str) -> None:
-        self.failures.append(what)
-        print(f"  LOSS: {what}", flush=True)
 
     # -- side (a): the official client ------------------------------------------------------
 
@@ -188,19 +155,6 @@ class Bench:
 
     # -- side (b): to_pulsar -> daemon --------------------------------------------------------
 
-    def warm_topic(self, daemon: Daemon, topic: str, keyed: bool, partitions: int) -> None:
-        """Make the daemon look up the topic and create its producers before timing."""
-        before = daemon.scrape()
-        count = max(partitions, 1) * 4
-        pad = b"w" * 84
-        with Sender(daemon.socket_path) as sender:
-            for i in range(count):
-                value = STAMP.pack(0, -1) + pad
-                sender.send(topic, value, partition_key=i if keyed else None)
-        after = daemon.wait_settled(before.received + count, 60)
-        if after.acked - before.acked != count:
-            raise BenchError(f"warm-up of {topic} not acked: {after}")
-
     def run_daemon_side(
         self, daemon: Daemon, broker: Broker, row: RowSpec, topic: str, profile: Path | None = None
     ) -> SideRun:
@@ -224,16 +178,9 @@ class Bench:
         spy = start_profile(daemon, profile) if profile else None
         daemon_cpu0, broker_cpu0 = cpu_seconds(daemon.pid), cpu_seconds(broker.pid)
         worker.go()
-        deadline = time.monotonic() + 120 + n / 1000
-        while True:
-            counters = daemon.scrape()
-            if counters.settled >= target:
-                t_done = time.monotonic()
-                break
-            if time.monotonic() > deadline:
-                raise BenchError(f"daemon side, {row.name}: only {counters} after the deadline")
-            daemon.check_alive()
-            time.sleep(POLL_S)
+        t_done, broken = daemon.poll_settled(target, 120 + n / 1000, f"daemon side, {row.name}")
+        if broken:
+            self.fail(f"daemon side, {row.name}: the accounting identity broke in {broken} scrapes")
         daemon_cpu = cpu_seconds(daemon.pid) - daemon_cpu0
         broker_cpu = cpu_seconds(broker.pid) - broker_cpu0
         scrapes = daemon.scrapes - scrapes0
@@ -255,22 +202,6 @@ class Bench:
             daemon_cpu_us=daemon_cpu / n * 1e6,
             scrapes=scrapes,
         )
-
-    def check_daemon_run(self, what: str, base: Counters, end: Counters, sent: int) -> bool:
-        received = end.received - base.received
-        acked = end.acked - base.acked
-        discarded = {
-            reason: count - base.discarded.get(reason, 0)
-            for reason, count in end.discarded.items()
-            if count != base.discarded.get(reason, 0)
-        }
-        if received == sent and acked == sent and not discarded:
-            return True
-        self.fail(
-            f"{what}: sent {sent}, received {received}, acked {acked}, discarded {discarded}, "
-            f"unaccounted {sent - acked - sum(discarded.values())}"
-        )
-        return False
 
     # -- the throughput table -------------------------------------------------------------------
 
@@ -486,46 +417,12 @@ def row_specs(n: int) -> list[RowSpec]:
     ]
 
 
-@contextlib.contextmanager
-def max_dgram_qlen(value: int | None) -> Iterator[None]:
-    """Set net.unix.max_dgram_qlen for the run (root only) and restore it afterwards."""
-    if value is None:
-        yield
-        return
-    if os.geteuid() != 0:
-        raise SystemExit("--set-qlen needs root (it writes /proc/sys/net/unix/max_dgram_qlen)")
-    old = read_qlen()
-    QLEN_PATH.write_text(f"{value}\n")
-    print(
-        f"note: net.unix.max_dgram_qlen set to {value} for this run (was {old}); "
-        f"it applies to sockets created from now on and is restored to {old} on exit",
-        flush=True,
-    )
-    try:
-        yield
-    finally:
-        QLEN_PATH.write_text(f"{old}\n")
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    # SIGTERM unwinds like Ctrl-C, so children are stopped and the qlen restored.
-    signal.signal(signal.SIGTERM, _interrupt)
     started = time.monotonic()
     cpu_before = MachineCpu.now()
     with contextlib.ExitStack() as stack:
-        stack.enter_context(max_dgram_qlen(args.set_qlen))
-        if args.workdir:
-            workdir = args.workdir
-            workdir.mkdir(parents=True, exist_ok=True)
-        else:
-            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-")))
-        machine = machine_description()
-        machine["code"] = snapshot_sources(workdir / "src")
+        workdir, machine = harness.open_run(stack, args)
         print_machine(machine, args)
         bench = Bench(args, workdir)
         stack.callback(bench.kill_workers)
@@ -619,23 +516,7 @@ def config_summary(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def print_machine(machine: dict[str, Any], args: argparse.Namespace) -> None:
-    versions = ", ".join(f"{k} {v}" for k, v in machine["versions"].items())
-    print("pulsar-bruce throughput bench")
-    print(
-        f"machine: {machine['cpu_model']}, {machine['cores']} cores "
-        f"({machine['cores_usable']} usable), {machine['memory_gib']} GiB"
-    )
-    print(f"kernel: {machine['kernel']}; Python {machine['python']}; {versions}")
-    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"code: {machine['code']} (copied at start; every process of the run uses the copy)")
-    print(
-        f"net.unix.max_dgram_qlen = {machine['max_dgram_qlen']}"
-        + (
-            ""
-            if args.set_qlen
-            else "  (datagram senders block once this many are queued; see --set-qlen)"
-        )
-    )
+    harness.print_machine("pulsar-bruce throughput bench", machine, bool(args.set_qlen))
     print(
         f"N = {args.messages:,} per run (1 KB: N/3, 10 KB: N/10), {args.rounds} round(s), "
         f"payloads random (incompressible); official client max_pending_messages = "
@@ -748,18 +629,9 @@ def print_report(results: dict[str, Any], rows: list[RowResult], args: argparse.
         print()
         print(summarize(Path(output), top=12))
     print()
-    wall = results["wall_s"]
-    print(
-        f"wall time {wall:.0f} s; meanwhile other processes on the machine used "
-        f"{results['other_cpu_s']:.1f} CPU-s ({results['other_cpu_s'] / wall:.0%} of one core) "
-        f"and the hypervisor stole {results['steal_s']:.1f} s"
+    harness.print_footer(
+        results, "no messages lost: every (b) run acked all it sent; every (a) receipt was OK"
     )
-    if results["lost"]:
-        print(f"FAILED: {len(results['lost'])} run(s) lost messages:")
-        for what in results["lost"]:
-            print(f"  {what}")
-    else:
-        print("no messages lost: every (b) run acked all it sent; every (a) receipt was OK")
 
 
 def print_targets(results: dict[str, Any], rows: list[RowResult], args: argparse.Namespace) -> None:
@@ -828,14 +700,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=10_000,
         help="official client max_pending_messages (default 10000)",
     )
-    parser.add_argument(
-        "--set-qlen",
-        type=int,
-        metavar="N",
-        help="as root: write N to /proc/sys/net/unix/max_dgram_qlen for the run",
-    )
-    parser.add_argument("--json", type=Path, metavar="PATH", help="also write results as JSON")
-    parser.add_argument("--workdir", type=Path, help="keep brokers' data and logs here")
+    harness.add_run_args(parser)
     parser.add_argument(
         "--profile",
         type=Path,
@@ -857,11 +722,4 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BenchError as exc:
-        print(f"bench failed: {exc}", file=sys.stderr)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
+    harness.cli(main)
