@@ -8,7 +8,8 @@ Modes:
     true: a Python callback per message counts the receipts
 ``sender``
     send Bruce datagrams to the daemon with ``to_pulsar.Sender``; ``stream`` true:
-    ``to_pulsar.stream.StreamSender`` with one ``flush()`` at the end
+    ``to_pulsar.stream.StreamSender`` with one ``flush()`` at the end; ``sender_id``
+    set: every value starts with ``STAMP.pack(sender_id, seq)``, for an order check
 ``ceiling``
     no daemon: a Python ``send()`` loop into a forked ``recv_into()`` loop on a UNIX
     datagram socket, what the kernel allows a Python sender and receiver
@@ -26,6 +27,7 @@ consumer to compute send -> receive latency.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -37,7 +39,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 #: Latency stamp at the head of each value: send time (ns since the epoch) and sequence
-#: number; warm-up messages carry sequence -1 and are ignored by the consumer.
+#: number; warm-up messages carry sequence -1 and are ignored by the consumer. Order-checked
+#: runs put the sender's id where the send time goes.
 STAMP = struct.Struct(">qq")
 
 #: Enough distinct payloads that a 128 KiB batch never repeats one (keeps LZ4 honest).
@@ -70,6 +73,40 @@ def paced(rate: float, n: int) -> Iterator[int]:
 
 def stamped(seq: int, pad: bytes) -> bytes:
     return STAMP.pack(time.time_ns(), seq) + pad
+
+
+def thread_clock() -> tuple[float, float, float, int]:
+    """This thread so far: wall clock, seconds on a CPU, seconds waiting for one (run
+    queue), and voluntary context switches (each time it slept, e.g. in a full send).
+
+    From /proc/thread-self/schedstat and status; where schedstat reads zero (some
+    sandboxes), on-CPU time is ``time.thread_time()`` and run-queue waits count as 0.
+    """
+    wall = time.monotonic()
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            run_ns, wait_ns = (int(x) for x in f.read().split()[:2])
+    except (OSError, ValueError):
+        run_ns = wait_ns = 0
+    switches = 0
+    with contextlib.suppress(OSError), open("/proc/thread-self/status") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                switches = int(line.split()[1])
+    on_cpu = run_ns / 1e9 if run_ns else time.thread_time()
+    return wall, on_cpu, wait_ns / 1e9, switches
+
+
+def blocked_since(before: tuple[float, float, float, int]) -> dict[str, float]:
+    """Off-CPU time of this thread since ``before`` not spent waiting for a CPU: for a
+    send loop, the time its sends were blocked; and how many times it went to sleep."""
+    after = thread_clock()
+    wall, on_cpu, runq = (after[i] - before[i] for i in range(3))
+    return {
+        "blocked_s": max(0.0, wall - on_cpu - runq),
+        "runq_wait_s": runq,
+        "sleeps": after[3] - before[3],
+    }
 
 
 # -- official client --------------------------------------------------------------------------
@@ -110,6 +147,7 @@ def run_official(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]
     ready()
 
     cpu0 = time.process_time()
+    clock0 = thread_clock()
     t0 = monotonic()
     if rate:
         for seq in paced(rate, n):
@@ -121,6 +159,7 @@ def run_official(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]
         for payload in itertools.islice(itertools.cycle(pool), n):
             send(payload, callback)
     t_sent = monotonic()
+    blocked = blocked_since(clock0)
     try:
         producer.flush()  # returns once every message is persisted; raises if one failed
     except Exception:  # any failure of the official client is a lost run
@@ -140,6 +179,7 @@ def run_official(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]
         "receipts": state["receipts"],
         "errors": state["errors"],
         "cpu_s": cpu1 - cpu0,
+        **blocked,
     }
 
 
@@ -147,12 +187,13 @@ def run_official(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]
 
 
 def run_sender(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]:
-    from to_pulsar import Sender
+    from to_pulsar import Sender, SendTimeoutError
 
     n: int = p["messages"]
     topic: str = p["topic"]
     keyed: bool = p["keyed"]
     rate: float | None = p.get("rate")
+    sender_id: int | None = p.get("sender_id")
     pool = payload_pool(p["size"])
     pad = pool[0][: max(0, p["size"] - STAMP.size)]
     stream: Any = None
@@ -163,9 +204,22 @@ def run_sender(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]:
     else:
         sender = Sender(p["socket"], timeout=p.get("timeout", 30.0))
     send = sender.send
+    timeouts = 0
+
+    def resend(value: bytes) -> None:
+        """The send timed out (EAGAIN after ``timeout`` s of a full queue): count, retry."""
+        nonlocal timeouts
+        while True:
+            timeouts += 1
+            try:
+                return send(topic, value)
+            except SendTimeoutError:
+                continue
+
     ready()
 
     cpu0 = time.process_time()
+    clock0 = thread_clock()
     t0 = time.monotonic()
     if rate:
         for seq in paced(rate, n):
@@ -173,14 +227,33 @@ def run_sender(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]:
     elif keyed:
         for i, payload in zip(range(n), itertools.cycle(pool), strict=False):
             send(topic, payload, partition_key=i)
+    elif sender_id is not None:
+        pack = STAMP.pack
+        for seq in range(n):
+            value = pack(sender_id, seq) + pad
+            try:
+                send(topic, value)
+            except SendTimeoutError:
+                resend(value)
     else:
         for payload in itertools.islice(itertools.cycle(pool), n):
-            send(topic, payload)
+            try:
+                send(topic, payload)
+            except SendTimeoutError:
+                resend(payload)
     flushed = stream.flush().ok if stream is not None else True
     t_sent = time.monotonic()
+    blocked = blocked_since(clock0)
     cpu1 = time.process_time()
     sender.close()
-    return {"t0": t0, "t_sent": t_sent, "cpu_s": cpu1 - cpu0, "flushed_ok": flushed}
+    return {
+        "t0": t0,
+        "t_sent": t_sent,
+        "cpu_s": cpu1 - cpu0,
+        "flushed_ok": flushed,
+        "send_timeouts": timeouts,
+        **blocked,
+    }
 
 
 # -- kernel ceiling ---------------------------------------------------------------------------

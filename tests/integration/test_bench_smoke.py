@@ -1,7 +1,9 @@
-"""Keep ``python -m bench.throughput`` working: a tiny run end to end (no timing is asserted)."""
+"""Keep ``python -m bench.throughput`` and ``bench.hostscale`` working: tiny runs end to end
+(no timing is asserted)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,30 +15,45 @@ pytestmark = pytest.mark.broker
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_quick_bench_runs_and_loses_nothing(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.throughput",
-            "--quick",
-            "--messages",
-            "2000",
-            "--rounds",
-            "1",
-            "--json",
-            str(tmp_path / "bench.json"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+def run_bench(module: str, args: list[str], timeout: float, expect: list[str]) -> None:
+    """``python -m bench.MODULE ARGS`` from the checkout exits 0 and prints each of ``expect``."""
+    cmd = [sys.executable, "-m", f"bench.{module}", *args]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
-    assert "rate (a) official client, msg/s" in result.stdout, output
-    assert "kernel ceiling, msg/s" in result.stdout, output
-    assert "rate (b) daemon, msg/s" in result.stdout, output
-    assert "median ratio b/a" in result.stdout, output
-    assert "no messages lost" in result.stdout, output
+    for line in expect:
+        assert line in result.stdout, output
+
+
+def test_quick_bench_runs_and_loses_nothing(tmp_path: Path) -> None:
+    run_bench(
+        "throughput",
+        ["--quick", "--messages", "2000", "--rounds", "1", "--json", str(tmp_path / "bench.json")],
+        timeout=120,
+        expect=[
+            "rate (a) official client, msg/s",
+            "kernel ceiling, msg/s",
+            "rate (b) daemon, msg/s",
+            "median ratio b/a",
+            "no messages lost",
+        ],
+    )
     assert (tmp_path / "bench.json").is_file()
+
+
+def test_hostscale_bench_runs_and_loses_nothing(tmp_path: Path) -> None:
+    run_bench(
+        "hostscale",
+        [
+            *("--senders", "1,2", "--messages", "1000", "--rounds", "1", "--partitions", "4"),
+            *("--verify-messages", "500", "--json", str(tmp_path / "hostscale.json")),
+        ],
+        timeout=180,
+        expect=[
+            "one daemon's ceiling here",
+            "order check K=2: 1,000/1,000 read back, 0 missing, 0 duplicates, 0 out of order",
+            "nothing lost",
+        ],
+    )
+    results = json.loads((tmp_path / "hostscale.json").read_text())
+    assert [row["senders"] for row in results["k"]] == [1, 2]
