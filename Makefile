@@ -10,9 +10,11 @@ STAMP     := $(VENV)/.test-stamp
 
 .PHONY: run test unit lint proto bench clean
 
-$(RUN_STAMP): pyproject.toml
+# The compiled intake is built here where a C compiler is; the last line says which intake runs.
+$(RUN_STAMP): pyproject.toml daemon/pulsar_bruce/native/_intake.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) -e '.[run]'
+	$(BIN)/pulsar-bruce --version
 	touch $(RUN_STAMP)
 
 $(STAMP): $(RUN_STAMP) pyproject.toml
@@ -24,9 +26,10 @@ $(STAMP): $(RUN_STAMP) pyproject.toml
 run: $(RUN_STAMP)
 	$(BIN)/python examples/run_local.py
 
-## test: lint, type-check and the whole suite, real-broker tests included
+## test: lint, type-check and the whole suite, real-broker tests included, once per intake
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+	PULSAR_BRUCE_INTAKE=python $(BIN)/python -m pytest -q -p no:cacheprovider
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit

@@ -1,7 +1,8 @@
-"""Per-message cost of the daemon's Python intake alone: no sockets, no broker.
+"""Per-message cost of the daemon's intake alone: no sockets, no broker.
 
 One 100 B AnyPartition datagram admitted 300,000 times into a topic with four
-ready partitions (sealed batches are dropped), best of five runs::
+ready partitions (sealed batches are dropped), best of five runs, once per
+intake (each in a fresh interpreter, ``PULSAR_BRUCE_INTAKE``)::
 
     python -m bench.intake_cost
 
@@ -11,6 +12,9 @@ part of the daemon's CPU per datagram that is not the kernel's ``recv``.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 from pulsar_bruce.model.ledger import Ledger
@@ -34,7 +38,8 @@ class _DropSealed:
         producer.pending.clear()
 
 
-def main() -> None:
+def measure() -> float:
+    """Seconds per admitted datagram with the intake this interpreter runs."""
     ledger = Ledger()
     registry = TopicRegistry(lambda topic: None)
     appender = Appender(_DropSealed())
@@ -58,7 +63,27 @@ def main() -> None:
         for _ in range(MESSAGES):
             admit(datagram)
         best = min(best, (time.perf_counter() - started) / MESSAGES)
-    print(f"Intake.admit: {best * 1e9:.0f} ns per 100 B datagram (best of {ROUNDS})")
+    return best
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--one":
+        print(f"{measure() * 1e9:.0f}")
+        return
+    costs = {}
+    for intake in ("compiled", "python"):
+        env = {**os.environ, "PULSAR_BRUCE_INTAKE": intake}
+        run = subprocess.run(
+            [sys.executable, "-m", "bench.intake_cost", "--one"], env=env, capture_output=True,
+            text=True,
+        )  # fmt: skip
+        if run.returncode:
+            print(f"{intake}: not available ({run.stderr.strip().splitlines()[-1]})")
+            continue
+        costs[intake] = int(run.stdout)
+        print(f"Intake.admit, {intake}: {costs[intake]} ns per 100 B datagram (best of {ROUNDS})")
+    if len(costs) == 2:
+        print(f"python / compiled: {costs['python'] / costs['compiled']:.1f} x")
 
 
 if __name__ == "__main__":

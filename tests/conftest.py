@@ -15,6 +15,13 @@ from tests.support.processes import Broker, Daemon
 from tests.support.senders import datagram_receiver, short_socket_path
 
 
+def pytest_report_header() -> str:
+    """Which intake this pass tests (``make test`` runs the suite once per intake)."""
+    from pulsar_bruce.native import INTAKE_DESCRIPTION
+
+    return f"pulsar-bruce intake: {INTAKE_DESCRIPTION}"
+
+
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     """A shared broker whose auto-created topics have 4 partitions (use unique topic names)."""

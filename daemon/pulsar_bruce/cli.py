@@ -18,6 +18,7 @@ from pulsar_bruce import __version__
 from pulsar_bruce.config import AUTH_TOKEN_ENV, OPTIONS, Config, ConfigError, load_config
 from pulsar_bruce.input.unix_sockets import SocketInUseError
 from pulsar_bruce.metrics.status import render_status
+from pulsar_bruce.native import INTAKE, INTAKE_CHOICE_ERROR
 from pulsar_bruce.service.logs import setup_logging
 from pulsar_bruce.service.systemd import ActivationError
 
@@ -56,7 +57,9 @@ def _add_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
     help="validate the configuration, print the effective values and exit",
 )
 @_add_config_options
-@click.version_option(__version__, prog_name="pulsar-bruce")
+@click.version_option(
+    __version__, prog_name="pulsar-bruce", message=f"%(prog)s %(version)s (intake: {INTAKE})"
+)
 @click.pass_context
 def main(
     ctx: click.Context, /, config_path: str | None, check_config: bool, **command_line: Any
@@ -69,6 +72,8 @@ def main(
     """
     config_path = config_path or os.environ.get("PULSAR_BRUCE_CONFIG")
     try:
+        if INTAKE_CHOICE_ERROR is not None:
+            raise ConfigError(INTAKE_CHOICE_ERROR)
         config = load_config(command_line, os.environ, config_path)
     except ConfigError as exc:
         click.echo(f"pulsar-bruce: error: {exc}", err=True)

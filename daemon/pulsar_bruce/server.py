@@ -27,7 +27,7 @@ from pulsar_bruce.config import TOPIC_OPTIONS, Config, ConfigError
 from pulsar_bruce.connection.oauth2 import OAuth2Options
 from pulsar_bruce.connection.pool import ConnectionPool
 from pulsar_bruce.connection.security import ConnectionSecurity, SecuritySetupError
-from pulsar_bruce.input.socket_reader import DatagramReader
+from pulsar_bruce.input.socket_reader import DatagramReader, datagram_reader
 from pulsar_bruce.input.stream_server import StreamServer
 from pulsar_bruce.input.unix_sockets import open_unix_socket
 from pulsar_bruce.metrics.http import MetricsServer
@@ -159,7 +159,7 @@ class Server:
             )
             await self.metrics_server.start()
         datagram_socket, stream_socket = self._open_input_sockets()
-        self.reader = DatagramReader(
+        self.reader = datagram_reader(
             datagram_socket, self.intake.admit, self._after_drain, self.intake.max_message_bytes
         )
         self.reader.start()

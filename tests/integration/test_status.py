@@ -10,6 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from pulsar_bruce.native import INTAKE
 
 from tests.support.processes import ROOT, Broker
 
@@ -50,6 +51,8 @@ def test_status_page_counts_topics_and_rejected_samples(broker: Broker, start_da
     assert topic["acked"] == 5 and topic["partitions"] == 4
     assert doc["recent_rejects"][0]["reason"] == "malformed"
     assert doc["connections"] == [f"127.0.0.1:{broker.port}"]
+    assert doc["intake"] == INTAKE  # this pass's intake (make test runs one per intake)
+    assert f"intake: {INTAKE}" in daemon.log()  # said once at start
 
 
 def test_status_command_prints_a_summary(broker: Broker, start_daemon) -> None:
@@ -64,6 +67,20 @@ def test_status_command_prints_a_summary(broker: Broker, start_daemon) -> None:
     assert "acked       1" in result.stdout
     assert "persistent://public/default/status-cli" in result.stdout
     assert "throughput" in result.stdout
+
+
+def test_version_names_the_intake_that_runs() -> None:
+    assert cli("--version").stdout.strip().endswith(f"(intake: {INTAKE})")
+    chosen = cli("--version", PULSAR_BRUCE_INTAKE="python")
+    assert chosen.stdout.strip().endswith("(intake: python)")
+
+
+def test_a_wrong_intake_choice_is_one_line_and_exit_2() -> None:
+    result = cli("--check-config", PULSAR_BRUCE_INTAKE="fastest")
+    assert result.returncode == 2
+    assert result.stderr == (
+        "pulsar-bruce: error: PULSAR_BRUCE_INTAKE='fastest': use compiled, python or auto\n"
+    )
 
 
 def test_status_command_without_a_daemon_is_one_line() -> None:

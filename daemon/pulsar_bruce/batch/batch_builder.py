@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import struct
+from typing import TYPE_CHECKING
 
 from pulsar_bruce.batch.compression import decompress
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
@@ -23,6 +24,7 @@ from pulsar_bruce.frame.codec import decode_frame_body
 from pulsar_bruce.frame.wire import varint
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation, TagRun, add_tag, split_tags
+from pulsar_bruce.native import compiled
 
 _U32 = struct.Struct(">I")
 
@@ -67,29 +69,16 @@ _PAYLOAD_SIZE_TABLE = 4096
 _PAYLOAD_SIZE_FIELDS = tuple(_TAG_PAYLOAD_SIZE + varint(n) for n in range(_PAYLOAD_SIZE_TABLE))
 
 
-class BatchBuilder:
-    """The open batch of one partition."""
+class _PyEntries:
+    """A batch's entries: the pure-Python twin of ``native._intake.Entries``."""
 
-    __slots__ = (
-        "_event_time",
-        "_event_time_field",
-        "buffer",
-        "charged",
-        "count",
-        "key_field",
-        "tags",
-    )
+    __slots__ = ("_event_time", "_event_time_field", "buffer", "charged", "count")
 
     def __init__(self) -> None:
         self.buffer = bytearray()
         self.count = 0
         #: Memory charged for the messages in the batch (the sum of their charges).
         self.charged = 0
-        #: Run-length confirmation tags, allocated by the first stream message only.
-        self.tags: list[TagRun] | None = None
-        #: Key-based batching: the key field every message of this batch has (set by the
-        #: appender with the first message); None: keys are not batched apart.
-        self.key_field: bytes | None = None
         self._event_time = 0
         self._event_time_field = b""
 
@@ -122,17 +111,42 @@ class BatchBuilder:
         self.charged += charge
         return 4 + len(metadata) + payload_size
 
-    def seal(self) -> SealedBatch:
-        """Close the batch and reset for the next one (compression happens at first send)."""
-        batch = SealedBatch(
-            count=self.count, payload=bytes(self.buffer), buffer_bytes=self.charged, tags=self.tags
-        )
-        if self.key_field is not None:
-            batch.partition_key, batch.partition_key_b64 = decode_key_field(self.key_field)
-            self.key_field = None
+    def take(self) -> bytes:
+        """The entries as bytes; the buffer, count and charge start again from zero."""
+        payload = bytes(self.buffer)
         self.buffer = bytearray()
         self.count = 0
         self.charged = 0
+        return payload
+
+
+# The compiled entries when the compiled intake runs (see ``native``); same interface.
+if TYPE_CHECKING or compiled is None:  # noqa: SIM108 - mypy takes a base class from a block only
+    _Entries = _PyEntries
+else:
+    _Entries = compiled.Entries
+
+
+class BatchBuilder(_Entries):
+    """The open batch of one partition: its entries, confirmation tags and key."""
+
+    __slots__ = ("key_field", "tags")
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: Run-length confirmation tags, allocated by the first stream message only.
+        self.tags: list[TagRun] | None = None
+        #: Key-based batching: the key field every message of this batch has (set by the
+        #: appender with the first message); None: keys are not batched apart.
+        self.key_field: bytes | None = None
+
+    def seal(self) -> SealedBatch:
+        """Close the batch and reset for the next one (compression happens at first send)."""
+        count, charged, tags = self.count, self.charged, self.tags
+        batch = SealedBatch(count=count, payload=self.take(), buffer_bytes=charged, tags=tags)
+        if self.key_field is not None:
+            batch.partition_key, batch.partition_key_b64 = decode_key_field(self.key_field)
+            self.key_field = None
         self.tags = None
         return batch
 

@@ -80,14 +80,19 @@ class StreamConnection(asyncio.Protocol):
             return
         session = self.session
         admit = self.intake.admit
+        is_flush_request = session.is_flush_request
+        full = False
         try:
-            while (record := session.peek_record()) is not None:
-                if session.is_flush_request(record):
-                    session.flush_request(record)
-                elif not admit(record, session.current):
-                    self._pause()
-                    break
-                session.consume(record)
+            while not full and (records := session.complete_records()):
+                for record in records:
+                    if is_flush_request(record):
+                        session.flush_request(record)
+                    elif not admit(record, session.current):
+                        full = True  # no memory: offered again after a pause
+                        break
+                    session.consume(record)
+            if full:
+                self._pause()
             else:
                 self._resume()
         except FramingError as exc:

@@ -20,11 +20,13 @@ from collections.abc import Callable
 from typing import Final
 
 from pulsar_bruce.model.confirmation import Confirmation
+from pulsar_bruce.native import compiled
 
 API_KEY_FLUSH_REQUEST: Final = 258
 API_KEY_FLUSH_RESPONSE: Final = 259
 
-_HEADER = struct.Struct(">ihh")  # Size, ApiKey, ApiVersion
+_SIZE = struct.Struct(">i")
+_FLUSH_REQUEST_KEY = API_KEY_FLUSH_REQUEST.to_bytes(2, "big")
 _FLUSH_REQUEST = struct.Struct(">ihhhq")  # Size, ApiKey, ApiVersion, Flags, RequestId
 _RESPONSE_HEAD = struct.Struct(">ihhhqqh")  # Size .. Acked, ReasonCount
 _REASON_SIZE = struct.Struct(">h")
@@ -33,6 +35,31 @@ _COUNT = struct.Struct(">q")
 
 class FramingError(Exception):
     """The byte stream no longer splits into records: the connection must be closed."""
+
+
+def split_records_py(buffer: bytearray, offset: int, max_record_bytes: int) -> list[bytes]:
+    """The complete records in ``buffer`` from ``offset``, oldest first.
+
+    Stops before a record whose size cannot be right; raises ValueError when that
+    is the first one.  The pure-Python twin of ``native._intake.split_records``.
+    """
+    records: list[bytes] = []
+    end = len(buffer)
+    while end - offset >= 8:
+        (size,) = _SIZE.unpack_from(buffer, offset)
+        if size < 8 or size > max_record_bytes:
+            if records:
+                break
+            raise ValueError(f"record size {size} is outside 8..{max_record_bytes}")
+        if end - offset < size:
+            break
+        records.append(bytes(buffer[offset : offset + size]))
+        offset += size
+    return records
+
+
+#: The record splitter the daemon uses: the compiled one when it is built.
+split_records = compiled.split_records if compiled is not None else split_records_py
 
 
 def encode_flush_request(request_id: int) -> bytes:
@@ -68,18 +95,15 @@ class StreamSession:
             self._offset = 0
         self._buffer += data
 
-    def peek_record(self) -> bytes | None:
-        """The next complete record (not consumed until :meth:`consume`), or None."""
-        buffer = self._buffer
-        offset = self._offset
-        if len(buffer) - offset < 8:
-            return None
-        size, _, _ = _HEADER.unpack_from(buffer, offset)
-        if size < 8 or size > self.max_record_bytes:
-            raise FramingError(f"record size {size} is outside 8..{self.max_record_bytes}")
-        if len(buffer) - offset < size:
-            return None
-        return bytes(buffer[offset : offset + size])
+    def complete_records(self) -> list[bytes]:
+        """The complete records buffered now, oldest first (each stays until :meth:`consume`).
+
+        Raises :class:`FramingError` when the next record's size cannot be right.
+        """
+        try:
+            return split_records(self._buffer, self._offset, self.max_record_bytes)
+        except ValueError as exc:
+            raise FramingError(str(exc)) from None
 
     def consume(self, record: bytes) -> None:
         self._offset += len(record)
@@ -90,7 +114,7 @@ class StreamSession:
 
     @staticmethod
     def is_flush_request(record: bytes) -> bool:
-        return bool(_HEADER.unpack_from(record, 0)[1] == API_KEY_FLUSH_REQUEST)
+        return record[4:6] == _FLUSH_REQUEST_KEY
 
     def flush_request(self, record: bytes) -> None:
         """Close the current confirmation under the request's id; a new one starts."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from pulsar_bruce import __version__
 from pulsar_bruce.model.ledger import Ledger
+from pulsar_bruce.native import INTAKE
 from pulsar_bruce.route.router import Topic
 
 #: Topics listed in ``/status``, busiest (most buffered) first.
@@ -46,6 +47,7 @@ def status_document(
     topic_rows.sort(key=lambda row: (-row["buffered"], row["name"]))
     return {
         "version": __version__,
+        "intake": INTAKE,
         "uptime_s": round(time.time() - started_at, 3),
         "socket": socket,
         "service_url": service_url,

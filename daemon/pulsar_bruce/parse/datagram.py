@@ -31,6 +31,7 @@ from typing import Final
 
 from pulsar_bruce import reasons
 from pulsar_bruce.frame.wire import length_delimited
+from pulsar_bruce.native import compiled
 
 API_KEY_ANY_PARTITION: Final = 256
 API_KEY_PARTITION_KEY: Final = 257
@@ -53,8 +54,12 @@ _NAME_SIZE = struct.Struct(">h")
 Parsed = tuple[bytes, int, int, bytes, int, bytes]
 
 
-def parse_datagram(data: bytes) -> Parsed | str:
-    """Parse one datagram: a :data:`Parsed` tuple, or a discard reason string."""
+def parse_datagram_py(data: bytes) -> Parsed | str:
+    """Parse one datagram: a :data:`Parsed` tuple, or a discard reason string.
+
+    The pure-Python twin of ``native._intake.parse_datagram``; :data:`parse_datagram`
+    is whichever intake runs.
+    """
     length = len(data)
     if length < 8:
         return reasons.MALFORMED
@@ -160,3 +165,7 @@ def _property_field(name: bytes, value: bytes) -> bytes:
     """SingleMessageMetadata field 1 (``repeated KeyValue properties``) for one pair."""
     pair = length_delimited(b"\x0a", name) + length_delimited(b"\x12", value)
     return length_delimited(b"\x0a", pair)
+
+
+#: The parser the daemon uses: the compiled one when it is built (see ``native``).
+parse_datagram = compiled.parse_datagram if compiled is not None else parse_datagram_py

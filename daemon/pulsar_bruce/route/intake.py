@@ -7,6 +7,11 @@ partition's open batch.  Each step ends in the ledger: accepted, spilled or
 discarded with a reason.  A stream record that finds no memory is not counted
 at all: the stream edge offers it again later (backpressure, never the spool).
 
+With the compiled intake (``native``), :attr:`Intake.admit` is a C function
+that takes the common case itself (a valid message for a known, routed topic,
+within its limits, with memory to spare) and hands everything else, whole and
+before any side effect, to :meth:`Intake.admit_py`, the reference.
+
 Work that needs I/O or a clock (a new topic's partition count, linger timers,
 writing sealed batches) is handed to the edge by the topic registry and the
 :class:`~pulsar_bruce.route.appender.Appender`, once per topic or per batch,
@@ -15,11 +20,14 @@ never per message.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from pulsar_bruce import reasons
 from pulsar_bruce.batch.batch_builder import encode_key_field
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation
-from pulsar_bruce.model.ledger import Ledger, memory_charge
+from pulsar_bruce.model.ledger import ENTRY_OVERHEAD, Ledger, memory_charge
+from pulsar_bruce.native import compiled
 from pulsar_bruce.parse.datagram import parse_datagram
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.outcomes import Outcomes
@@ -27,6 +35,12 @@ from pulsar_bruce.route.router import Topic, WaitingMessage
 from pulsar_bruce.route.topics import TopicRegistry
 from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.spool.records import SpooledBatch
+
+
+class Admit(Protocol):
+    """:meth:`Intake.admit_py`'s signature: what the sockets call per message."""
+
+    def __call__(self, data: bytes, tag: Confirmation | None = None, /) -> bool: ...
 
 
 class Intake:
@@ -52,10 +66,17 @@ class Intake:
         self.outcomes = outcomes
         #: The largest message any topic takes (the socket reader's buffer size).
         self.max_message_bytes = max_message_bytes
+        #: Admit one message (see :meth:`admit_py`): the compiled admitter where it is built.
+        self.admit: Admit = self.admit_py
+        if compiled is not None:
+            self.admit = compiled.Admitter(
+                self, self.admit_py, topics.by_bytes, ledger, policy, appender.events,
+                encode_key_field, ENTRY_OVERHEAD,
+            ).admit  # fmt: skip
 
     # -- the hot path -------------------------------------------------------------
 
-    def admit(self, data: bytes, tag: Confirmation | None = None) -> bool:
+    def admit_py(self, data: bytes, tag: Confirmation | None = None, /) -> bool:
         """Take one message: a datagram, or a stream record ``tag``-ged with its confirmation.
 
         Returns False, having counted nothing, only for a stream record when

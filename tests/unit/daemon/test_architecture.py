@@ -24,7 +24,7 @@ README = ROOT / "README.md"
 
 #: Bottom first; within a layer, a part may import the parts before it.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("__init__", "reasons", "model"),  # leaves: shared data types and names
+    ("__init__", "reasons", "model", "native"),  # leaves: shared types, names, compiled intake
     ("config",),  # options and their validation, no runtime module
     ("frame", "parse"),  # Pulsar frames; Bruce datagrams and topic names
     ("batch",),  # batch payloads and compression
@@ -46,6 +46,7 @@ ROLES = {
     "__init__": "the version",
     "reasons": "discard reasons",
     "model": "shared data types: ledger, sealed batch, confirmations",
+    "native": "the compiled intake (C) and which intake runs",
     "config": "options, parsing, the configuration model",
     "frame": "Pulsar framing and commands",
     "parse": "Bruce datagram parser, topic names",
@@ -165,9 +166,9 @@ def module_map() -> str:
         by_part.setdefault(part_of(module_name(path)), []).append(path)
     for index in range(len(LAYERS) - 1, -1, -1):
         for part in LAYERS[index]:
-            files = [
-                p for p in by_part.get(part, []) if p.name != "__init__.py" or part == "__init__"
-            ]
+            modules = by_part.get(part, [])
+            # A package's __init__ is listed only where it is the package's one module.
+            files = [p for p in modules if p.name != "__init__.py" or len(modules) == 1]
             if files:
                 lines.append(f"- **{part}** (layer {index + 1}): {ROLES.get(part, '')}")
                 lines += [

@@ -1,24 +1,38 @@
-"""DatagramReader on a real socketpair: drains, the per-wake-up cap, empty and oversized
-datagrams, the event-loop reader, and the final drain at shutdown."""
+"""Both datagram readers on a real socketpair: drains, the per-wake-up cap, empty and
+oversized datagrams, the event-loop reader, and the final drain at shutdown; the
+compiled intake's receive thread: order across slabs, backpressure, nothing lost."""
 
 from __future__ import annotations
 
 import asyncio
 import errno
 import socket
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
 from pulsar_bruce.input import socket_reader
-from pulsar_bruce.input.socket_reader import DatagramReader
+from pulsar_bruce.input.socket_reader import DatagramReader, ThreadedDatagramReader
+from pulsar_bruce.native import compiled
 
 from tests.support.fakes_asyncio import until
 
 MAX = 64
+READERS = [
+    pytest.param(DatagramReader, id="python"),
+    pytest.param(
+        ThreadedDatagramReader,
+        id="threaded",
+        marks=pytest.mark.skipif(compiled is None, reason="the compiled intake is not built"),
+    ),
+]
 
 
 class Rig:
     """A reader whose intake records each datagram (then calls ``also``, if given)."""
+
+    #: The reader under test (the ``reader_class`` fixture sets it for each run).
+    reader_class: type[DatagramReader] = DatagramReader
 
     def __init__(
         self, receiver: socket.socket, also: Callable[[bytes], None] | None = None
@@ -26,7 +40,7 @@ class Rig:
         self.handled: list[bytes] = []
         self.drains = 0
         self._also = also
-        self.reader = DatagramReader(receiver, self._handle, self._after_drain, MAX)
+        self.reader = self.reader_class(receiver, self._handle, self._after_drain, MAX)
 
     def _handle(self, data: bytes) -> None:
         self.handled.append(data)
@@ -35,6 +49,14 @@ class Rig:
 
     def _after_drain(self) -> None:
         self.drains += 1
+
+
+@pytest.fixture(autouse=True, params=READERS)
+def reader_class(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> type[DatagramReader]:
+    monkeypatch.setattr(Rig, "reader_class", request.param)
+    return request.param  # type: ignore[no-any-return]
 
 
 @pytest.fixture
@@ -158,3 +180,68 @@ def test_a_socket_systemd_owns_is_drained_but_not_shut(
     rig.reader.close_after_final_drain(refuse_new=False)
     assert rig.handled == [b"d0", b"late"]  # the same final drain took it
     assert receiver.fileno() == -1
+
+
+def test_many_datagrams_sent_while_the_loop_drains_all_arrive_in_order(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    """More datagrams than the thread's slabs hold (4 x 64), sent as fast as the
+    socket takes them: every one is handled, in the order sent."""
+    sender, receiver = pair
+    sender.setblocking(False)
+    total = 3000
+    rig = Rig(receiver)
+
+    async def test() -> None:
+        rig.reader.start()
+        sent = 0
+        while sent < total:
+            try:
+                sender.send(b"%d" % sent)
+                sent += 1
+            except BlockingIOError:  # the kernel queue is full: let the loop drain
+                await asyncio.sleep(0)
+        await until(lambda: len(rig.handled) == total, "every datagram")
+        rig.reader.stop()
+
+    asyncio.run(test())
+    assert [int(data) for data in rig.handled] == list(range(total))
+
+
+@pytest.mark.skipif(compiled is None, reason="the compiled intake is not built")
+def test_a_loop_that_falls_behind_stops_the_thread_and_the_sender_waits(
+    pair: tuple[socket.socket, socket.socket], reader_class: type[DatagramReader]
+) -> None:
+    """With every slab filled and untaken the thread stops reading: the kernel queue
+    fills and a non-blocking sender gets EAGAIN.  Nothing is dropped: once the loop
+    runs again every datagram is handled, in order."""
+    if reader_class is not ThreadedDatagramReader:
+        pytest.skip("the receive thread only")
+    sender, receiver = pair
+    sender.setblocking(False)
+    rig = Rig(receiver)
+    assert isinstance(rig.reader, ThreadedDatagramReader)
+    thread = rig.reader._receiver
+
+    async def test() -> None:
+        rig.reader.start()
+        sent = 0
+        deadline = time.monotonic() + 10
+        while thread.stats[2] < 4:  # the loop does not run: the thread's 4 slabs fill up
+            assert time.monotonic() < deadline, "the thread did not fill its slabs"
+            try:
+                sender.send(b"%d" % sent)
+                sent += 1
+            except BlockingIOError:
+                time.sleep(0.001)
+        with pytest.raises(BlockingIOError):  # the thread reads no more: the queue is full
+            while True:
+                sender.send(b"%d" % sent)
+                sent += 1
+        held = thread.stats[1]
+        assert thread.stats[2] == 4 and held <= 4 * 64  # the thread read nothing more
+        await until(lambda: len(rig.handled) == sent, "every datagram after the loop ran")
+        rig.reader.stop()
+        assert [int(data) for data in rig.handled] == list(range(sent))
+
+    asyncio.run(test())

@@ -46,7 +46,7 @@ def test_records_are_split_across_reads_and_flushes_answered_in_order() -> None:
     confirmations = []
     for byte in stream:  # one byte per read
         session.feed(bytes([byte]))
-        while (r := session.peek_record()) is not None:
+        for r in session.complete_records():
             if session.is_flush_request(r):
                 session.flush_request(r)
             else:
@@ -83,4 +83,4 @@ def test_lost_framing_is_an_error(size: int) -> None:
     session = StreamSession(1 << 20, lambda: None)
     session.feed(struct.pack(">ihh", size, 256, 0))
     with pytest.raises(FramingError):
-        session.peek_record()
+        session.complete_records()

@@ -1,0 +1,148 @@
+"""One deterministic workload through the whole sans-IO intake, printed as a trace.
+
+``python -m tests.support.intake_trace SEED`` admits a few thousand random and
+fuzzed datagrams and stream records (three topics: round-robin over four
+partitions with one not ready, key routing with key-based batching and lz4, a
+rate limit; bad topics, malformed and oversized messages, a memory limit that
+fills) and prints, as JSON, every discard reason in order, every sealed batch
+(partition, count, charge, payload bytes), every Send frame its producer
+writes, and the ledger.  The differential test runs it once per intake
+(``PULSAR_BRUCE_INTAKE``) in a fresh interpreter and compares the output exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import sys
+from typing import Any
+
+from pulsar_bruce.batch.compression import codec
+from pulsar_bruce.model.confirmation import Confirmation
+from pulsar_bruce.model.ledger import Ledger
+from pulsar_bruce.model.vocabulary import KeyRouting
+from pulsar_bruce.native import INTAKE
+from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
+from pulsar_bruce.route.appender import Appender
+from pulsar_bruce.route.intake import Intake
+from pulsar_bruce.route.key_hash import HASHERS
+from pulsar_bruce.route.outcomes import Outcomes
+from pulsar_bruce.route.topics import TopicRegistry
+from pulsar_bruce.spool.policy import SpoolPolicy
+from to_pulsar.encoding import encode_any_partition, encode_message_record, encode_partition_key
+
+TOPICS = ("plain", "keyed", "limited")
+MEMORY_LIMIT = 16 * 1024
+
+
+class Recorder:
+    """Batch events: sealed batches are framed at once and written down."""
+
+    def __init__(self, trace: dict[str, Any]):
+        self.trace = trace
+
+    def batch_opened(self, producer: PartitionProducer) -> None:
+        self.trace["opened"] += 1
+
+    def batch_sealed(self, producer: PartitionProducer) -> None:
+        for batch in list(producer.pending)[producer.in_flight :]:
+            self.trace["batches"].append(
+                [producer.topic, batch.count, batch.buffer_bytes, batch.payload.hex()]
+            )
+        out = producer.frames_to_send(publish_time_ms=1_700_000_000_000)
+        self.trace["frames"] += [hashlib.sha256(frame).hexdigest() for frame in out.frames]
+
+
+def message(rng: random.Random, index: int) -> bytes:
+    """A datagram: mostly valid, some bad topics, oversized, truncated or mutated."""
+    topic = rng.choice(TOPICS) if rng.random() > 0.03 else "bad topic/" + "x" * rng.randrange(3)
+    value = rng.randbytes(rng.choice((0, 1, 10, 100, 100, 300, 300, 5000)))
+    key = rng.choice((b"", b"", b"k1", b"k2", b"\xff\xfe", str(index % 7).encode()))
+    stamp = rng.choice((0, 0, -5, 1_700_000_000_000 + index, 2**62))
+    kind = rng.random()
+    if kind < 0.5:
+        data = encode_any_partition(topic, value, key, stamp)
+    elif kind < 0.75:
+        data = encode_partition_key(rng.randrange(2**31), topic, value, key, stamp)
+    else:
+        properties = {f"p{i}": "é" * rng.randrange(3) for i in range(rng.randrange(3))}
+        partition = rng.choice((None, rng.randrange(2**31)))
+        data = encode_message_record(topic, value, key, stamp, partition, properties)
+    fuzz = rng.random()
+    if fuzz < 0.05:  # truncated
+        data = data[: rng.randrange(len(data) + 1)]
+    elif fuzz < 0.10:  # a byte flipped
+        at = rng.randrange(len(data))
+        data = data[:at] + bytes([data[at] ^ (1 << rng.randrange(8))]) + data[at + 1 :]
+    return data
+
+
+def run(seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    trace: dict[str, Any] = {"rejects": [], "batches": [], "frames": [], "opened": 0}
+    ledger = Ledger()
+    registry = TopicRegistry(lambda topic: None)
+    outcomes = Outcomes(ledger)
+    intake = Intake(
+        registry, Appender(Recorder(trace)), ledger, SpoolPolicy(ledger, MEMORY_LIMIT), outcomes,
+        max_message_bytes=4096,
+    )  # fmt: skip
+    refused = outcomes.refused
+
+    def record_refusal(reason: str, data: bytes, sample: bool) -> None:
+        trace["rejects"].append(reason)
+        refused(reason, data, sample=sample)
+
+    outcomes.refused = record_refusal  # type: ignore[method-assign]
+    for name in TOPICS:
+        topic = registry.lookup(name.encode())
+        assert topic is not None
+        key_based = name == "keyed"
+        compression, compressor = codec("lz4" if key_based else "none")
+        policy = BatchPolicy(max_messages=7, max_bytes=2048, compression=compression,
+                             compressor=compressor, key_based=key_based)  # fmt: skip
+        producers = [PartitionProducer(f"{name}-partition-{i}", i, i + 1, policy) for i in range(4)]
+        for producer in producers:
+            producer.on_registered(f"producer-{name}-{producer.partition}", -1)
+        producers[2].ready = name != "plain"  # one partition down: failover
+        topic.producers.extend(producers)
+        topic.partitioned = True
+        if key_based:
+            topic.key_hash = HASHERS[KeyRouting.MURMUR3]
+        if name == "limited":
+            topic.max_message_bytes = 1024
+            topic.rate_budget = 150
+    stream = Confirmation(lambda: None)
+    for index in range(3000):
+        data = message(rng, index)
+        if rng.random() < 0.2:  # a stream record: confirmation tags, backpressure
+            taken = intake.admit(data, stream)
+            trace["rejects"].append("taken" if taken else "backpressure")
+        else:
+            intake.admit(data)
+        if index % 400 == 399:  # the broker acks everything sent so far
+            for topic in registry:
+                for producer in topic.producers:
+                    producer.seal()
+                    for batch in producer.take_all():
+                        ledger.ack(topic.stats, batch.count, batch.buffer_bytes)
+    trace["ledger"] = {
+        "received": ledger.received, "acked": ledger.acked,
+        "discarded": dict(ledger.discarded), "buffered_bytes": ledger.buffered_bytes,
+        "buffered_messages": ledger.buffered_messages,
+    }  # fmt: skip
+    trace["stream"] = [stream.outstanding, stream.discarded]
+    admitter = getattr(intake.admit, "__self__", None)  # the compiled admitter, if it runs
+    trace["admitted_in_c"] = getattr(admitter, "admitted_here", 0)
+    return trace
+
+
+def main() -> None:
+    trace = run(int(sys.argv[1]) if len(sys.argv) > 1 else 1)
+    trace["intake"] = INTAKE
+    json.dump(trace, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
