@@ -11,7 +11,7 @@ STAMP     := $(VENV)/.test-stamp
 .PHONY: run test unit lint proto bench clean
 
 # The compiled intake is built here where a C compiler is; the last line says which intake runs.
-$(RUN_STAMP): pyproject.toml daemon/pulsar_bruce/native/_intake.c
+$(RUN_STAMP): pyproject.toml $(wildcard daemon/pulsar_bruce/native/*.[ch])
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) -e '.[run]'
 	$(BIN)/pulsar-bruce --version

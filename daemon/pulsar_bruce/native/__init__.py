@@ -1,4 +1,4 @@
-"""Which intake runs: the compiled one (``_intake.c``) when it was built, else pure Python.
+"""Which intake runs: the compiled one (C, ``native/*.c``) when it was built, else pure Python.
 
 ``pip install`` builds the extension where a C compiler is there; without one the
 install still succeeds and the daemon runs the pure-Python twins, which behave

@@ -1,0 +1,442 @@
+#include "intake.h"
+
+/* ------------------------------------------------------------------ Admitter */
+
+/* Intake.admit_py (route/intake.py) for the common case, in C: a valid message for a
+ * known topic that has producers, within its size and rate limits, with memory to
+ * spare.  Everything else (a discard, a new topic, the disk spool, stream
+ * backpressure, a topic still waiting for its partition count) goes to admit_py whole,
+ * before any side effect, so the Python intake decides it exactly as it does alone.
+ * The steps and their order mirror admit_py, Topic.choose_any/choose_keyed
+ * (route/router.py) and Appender.append (route/appender.py); the differential tests
+ * run one workload through both and compare every batch, frame and discard. */
+
+static PyObject *S_max_message_bytes, *S_rate_budget, *S_key_hash, *S_buffered_bytes,
+    *S_memory_limit, *S_producers, *S_round_robin, *S_batch, *S_ready, *S_max_batch_bytes,
+    *S_key_field, *S_tags, *S_policy, *S_max_messages, *S_key_based, *S_outstanding, *S_seal,
+    *S_batch_sealed, *S_batch_opened, *S_tag_last;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *intake, *slow, *by_bytes, *ledger, *accept, *policy, *events, *encode_key_field;
+    long long entry_overhead;
+    PyObject *last_topic_bytes;  /* the last topic's bytes: a key of by_bytes */
+    unsigned long long admitted_here;  /* taken without admit_py (for tests and profiles) */
+} Admitter;
+
+static int get_ll(PyObject *obj, PyObject *name, long long *out) {
+    PyObject *value = PyObject_GetAttr(obj, name);
+    if (!value) return -1;
+    *out = PyLong_AsLongLong(value);
+    Py_DECREF(value);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int is_ready(PyObject *producer) {
+    PyObject *ready = PyObject_GetAttr(producer, S_ready);
+    if (!ready) return -1;
+    int truth = PyObject_IsTrue(ready);
+    Py_DECREF(ready);
+    return truth;
+}
+
+/* The open batch of ``producer`` (new reference); it must be an Entries. */
+static Entries *batch_of(PyObject *producer) {
+    PyObject *batch = PyObject_GetAttr(producer, S_batch);
+    if (batch && !PyObject_TypeCheck(batch, &pb_EntriesType)) {
+        Py_DECREF(batch);
+        PyErr_SetString(PyExc_TypeError, "a producer's batch is not a compiled BatchBuilder");
+        return NULL;
+    }
+    return (Entries *)batch;
+}
+
+static inline long long floor_mod(long long a, long long n) {
+    long long r = a % n;
+    return r < 0 ? r + n : r;
+}
+
+/* Topic.choose_any / choose_keyed: the producer for this message (new reference). */
+static PyObject *choose(PyObject *topic, PyObject *producers, long long partition_key) {
+    Py_ssize_t count = PyList_GET_SIZE(producers);
+    if (partition_key >= 0) {
+        long long first = floor_mod(partition_key, count);
+        for (Py_ssize_t step = 0; step < count; step++) {
+            PyObject *candidate = PyList_GET_ITEM(producers, (first + step) % count);
+            int ready = is_ready(candidate);
+            if (ready < 0) return NULL;
+            if (ready) { Py_INCREF(candidate); return candidate; }
+        }
+        PyObject *chosen = PyList_GET_ITEM(producers, first);
+        Py_INCREF(chosen);
+        return chosen;
+    }
+    long long index;
+    if (get_ll(topic, S_round_robin, &index) < 0) return NULL;
+    if (index >= 0) {
+        PyObject *current = PyList_GetItem(producers, (Py_ssize_t)index);
+        if (!current) return NULL;
+        Entries *batch = batch_of(current);
+        if (!batch) return NULL;
+        long long in_batch = batch->count;
+        Py_DECREF(batch);
+        int ready = in_batch ? is_ready(current) : 0;
+        if (ready < 0) return NULL;
+        if (ready) { Py_INCREF(current); return current; }
+    }
+    long long chosen = -1;
+    for (Py_ssize_t step = 1; step <= count && chosen < 0; step++) {
+        long long candidate = (index + step) % count;
+        int ready = is_ready(PyList_GET_ITEM(producers, candidate));
+        if (ready < 0) return NULL;
+        if (ready) chosen = candidate;
+    }
+    if (chosen < 0) chosen = (index + 1) % count;
+    PyObject *number = PyLong_FromLongLong(chosen);
+    if (!number || PyObject_SetAttr(topic, S_round_robin, number) < 0) {
+        Py_XDECREF(number);
+        return NULL;
+    }
+    Py_DECREF(number);
+    PyObject *producer = PyList_GET_ITEM(producers, chosen);
+    Py_INCREF(producer);
+    return producer;
+}
+
+static int seal_and_report(Admitter *self, PyObject *producer) {
+    PyObject *sealed = PyObject_CallMethodNoArgs(producer, S_seal);
+    if (!sealed) return -1;
+    Py_DECREF(sealed);
+    PyObject *done = PyObject_CallMethodOneArg(self->events, S_batch_sealed, producer);
+    Py_XDECREF(done);
+    return done ? 0 : -1;
+}
+
+/* Appender.append for a batch that is an Entries. */
+static int append(Admitter *self, PyObject *producer, Entries *batch, PyObject *key_field,
+                  long long timestamp, const char *value, Py_ssize_t value_size,
+                  long long charge, PyObject *tag) {
+    long long max_batch_bytes;
+    if (get_ll(producer, S_max_batch_bytes, &max_batch_bytes) < 0) return -1;
+    if (batch->count) {
+        int seal = batch->charged + charge > max_batch_bytes;
+        if (!seal) {
+            PyObject *batch_key = PyObject_GetAttr((PyObject *)batch, S_key_field);
+            if (!batch_key) return -1;
+            if (batch_key != Py_None) {
+                int same = PyObject_RichCompareBool(key_field, batch_key, Py_EQ);
+                if (same < 0) { Py_DECREF(batch_key); return -1; }
+                seal = !same;
+            }
+            Py_DECREF(batch_key);
+        }
+        if (seal && seal_and_report(self, producer) < 0) return -1;
+    }
+    if (pb_entries_add(batch, PyBytes_AS_STRING(key_field), PyBytes_GET_SIZE(key_field), timestamp,
+                    value, value_size, charge) < 0)
+        return -1;
+    PyObject *tags = PyObject_GetAttr((PyObject *)batch, S_tags);
+    if (!tags) return -1;
+    int tagged = tag != Py_None || tags != Py_None;
+    Py_DECREF(tags);
+    if (tagged) {
+        PyObject *done = PyObject_CallMethodOneArg((PyObject *)batch, S_tag_last, tag);
+        if (!done) return -1;
+        Py_DECREF(done);
+    }
+    PyObject *policy = PyObject_GetAttr(producer, S_policy);
+    if (!policy) return -1;
+    int failed = 0;
+    if (batch->count == 1) {
+        PyObject *key_based = PyObject_GetAttr(policy, S_key_based);
+        int truth = key_based ? PyObject_IsTrue(key_based) : -1;
+        Py_XDECREF(key_based);
+        if (truth < 0 || (truth && PyObject_SetAttr((PyObject *)batch, S_key_field, key_field) < 0))
+            failed = 1;
+        PyObject *done = failed ? NULL
+                                : PyObject_CallMethodOneArg(self->events, S_batch_opened, producer);
+        if (!done) failed = 1;
+        Py_XDECREF(done);
+    }
+    long long max_messages = 0;
+    if (!failed && (get_ll(policy, S_max_messages, &max_messages) < 0 ||
+                    get_ll(producer, S_max_batch_bytes, &max_batch_bytes) < 0))
+        failed = 1;
+    Py_DECREF(policy);
+    if (failed) return -1;
+    if (batch->count >= max_messages || batch->charged >= max_batch_bytes)
+        return seal_and_report(self, producer);
+    return 0;
+}
+
+/* ``partition_key`` Protobuf field (plus the base64 flag, via Python, for keys that are
+ * not UTF-8) after the record's property fields: a new reference. */
+static PyObject *key_field_of(Admitter *self, const char *key, Py_ssize_t key_size,
+                              PyObject *key_object, const char *fields, Py_ssize_t fields_size) {
+    if (key_size == 0 && fields_size == 0) { Py_INCREF(EMPTY_BYTES); return EMPTY_BYTES; }
+    int ascii = 1;
+    for (Py_ssize_t i = 0; i < key_size && ascii; i++) ascii = (unsigned char)key[i] < 0x80;
+    PyObject *encoded = NULL;
+    Py_ssize_t encoded_size = key_size ? 1 + varint_size((uint64_t)key_size) + key_size : 0;
+    if (!ascii) {  /* UTF-8 or base64: the Python encoder decides */
+        PyObject *owned = key_object ? (Py_INCREF(key_object), key_object)
+                                     : PyBytes_FromStringAndSize(key, key_size);
+        if (!owned) return NULL;
+        encoded = PyObject_CallOneArg(self->encode_key_field, owned);
+        Py_DECREF(owned);
+        if (!encoded) return NULL;
+        if (!PyBytes_Check(encoded)) {
+            Py_DECREF(encoded);
+            PyErr_SetString(PyExc_TypeError, "encode_key_field() must return bytes");
+            return NULL;
+        }
+        encoded_size = PyBytes_GET_SIZE(encoded);
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, fields_size + encoded_size);
+    if (!out) { Py_XDECREF(encoded); return NULL; }
+    unsigned char *write = (unsigned char *)PyBytes_AS_STRING(out);
+    memcpy(write, fields, fields_size);
+    write += fields_size;
+    if (encoded) {
+        memcpy(write, PyBytes_AS_STRING(encoded), encoded_size);
+        Py_DECREF(encoded);
+    } else if (key_size) {
+        *write++ = 0x12;  /* partition_key, field 2 */
+        write = put_varint(write, (uint64_t)key_size);
+        memcpy(write, key, key_size);
+    }
+    return out;
+}
+
+/* 1: admitted here; 0: admit_py must decide (nothing was changed); -1: error. */
+static int fast_admit(Admitter *self, PyObject *data, PyObject *tag) {
+    if (!PyBytes_CheckExact(data)) return 0;
+    const char *p = PyBytes_AS_STRING(data);
+    Py_ssize_t length = PyBytes_GET_SIZE(data);
+    long long limit;
+    if (get_ll(self->intake, S_max_message_bytes, &limit) < 0) return -1;
+    if (length > limit) return 0;
+    View view = {0};
+    if (pb_parse_view((const unsigned char *)p, length, &view)) return 0;
+    PyObject *record = NULL, *topic_bytes = NULL, *topic = NULL, *budget = NULL,
+             *key_field = NULL, *producers = NULL, *producer = NULL, *hashed = NULL;
+    Entries *batch = NULL;
+    int outcome = -1;
+    const char *key = p + view.key_start, *fields = NULL;
+    Py_ssize_t key_size = view.key_end - view.key_start, fields_size = 0;
+    PyObject *key_object = NULL;  /* borrowed from record when there is one */
+    if (view.is_record) {
+        record = pb_parse_message(data, rd_i16((const unsigned char *)p + 6));
+        if (!record) goto done;
+        if (!PyTuple_Check(record)) { outcome = 0; goto done; }
+        topic_bytes = PyTuple_GET_ITEM(record, 0);
+        Py_INCREF(topic_bytes);
+        view.partition_key = PyLong_AsLongLong(PyTuple_GET_ITEM(record, 1));
+        view.timestamp = PyLong_AsLongLong(PyTuple_GET_ITEM(record, 2));
+        key_object = PyTuple_GET_ITEM(record, 3);
+        key = PyBytes_AS_STRING(key_object);
+        key_size = PyBytes_GET_SIZE(key_object);
+        view.value_start = PyLong_AsSsize_t(PyTuple_GET_ITEM(record, 4));
+        fields = PyBytes_AS_STRING(PyTuple_GET_ITEM(record, 5));
+        fields_size = PyBytes_GET_SIZE(PyTuple_GET_ITEM(record, 5));
+    } else {
+        const char *name = p + view.topic_start;
+        Py_ssize_t name_size = view.topic_end - view.topic_start;
+        PyObject *last = self->last_topic_bytes;
+        if (last && PyBytes_GET_SIZE(last) == name_size &&
+            memcmp(PyBytes_AS_STRING(last), name, name_size) == 0) {
+            topic_bytes = last;
+            Py_INCREF(topic_bytes);
+        } else if (!(topic_bytes = PyBytes_FromStringAndSize(name, name_size))) {
+            goto done;
+        }
+    }
+    topic = PyDict_GetItemWithError(self->by_bytes, topic_bytes);
+    if (!topic) { outcome = PyErr_Occurred() ? -1 : 0; goto done; }  /* new: topics.add */
+    Py_INCREF(topic);
+    Py_INCREF(topic_bytes);
+    Py_XSETREF(self->last_topic_bytes, topic_bytes);
+    long long topic_limit, budget_left = 0;
+    if (get_ll(topic, S_max_message_bytes, &topic_limit) < 0) goto done;
+    if (length > topic_limit) { outcome = 0; goto done; }
+    if (!(budget = PyObject_GetAttr(topic, S_rate_budget))) goto done;
+    if (budget != Py_None) {
+        budget_left = PyLong_AsLongLong(budget);
+        if (budget_left == -1 && PyErr_Occurred()) goto done;
+        if (budget_left <= 0) { outcome = 0; goto done; }
+    }
+    long long partition_key = view.partition_key;
+    if (key_size && partition_key < 0) {  /* key routing: hashed like a Java producer */
+        PyObject *key_hash = PyObject_GetAttr(topic, S_key_hash);
+        if (!key_hash) goto done;
+        if (key_hash != Py_None) {
+            PyObject *owned = key_object ? (Py_INCREF(key_object), key_object)
+                                         : PyBytes_FromStringAndSize(key, key_size);
+            hashed = owned ? PyObject_CallOneArg(key_hash, owned) : NULL;
+            Py_XDECREF(owned);
+        }
+        Py_DECREF(key_hash);
+        if (hashed) {
+            int overflow = 0;
+            partition_key = PyLong_AsLongLongAndOverflow(hashed, &overflow);
+            if (overflow) { outcome = 0; goto done; }
+            if (partition_key == -1 && PyErr_Occurred()) goto done;
+        } else if (PyErr_Occurred()) {
+            goto done;
+        }
+    }
+    if (!(key_field = key_field_of(self, key, key_size, key_object, fields, fields_size))) goto done;
+    Py_ssize_t value_size = length - view.value_start;
+    long long charge = PyBytes_GET_SIZE(key_field) + value_size + self->entry_overhead;
+    long long buffered, memory_limit;
+    if (get_ll(self->ledger, S_buffered_bytes, &buffered) < 0 ||
+        get_ll(self->policy, S_memory_limit, &memory_limit) < 0)
+        goto done;
+    if (buffered + charge > memory_limit) { outcome = 0; goto done; }  /* spool or wait */
+    if (!(producers = PyObject_GetAttr(topic, S_producers))) goto done;
+    if (!PyList_Check(producers) || PyList_GET_SIZE(producers) == 0) { outcome = 0; goto done; }
+    /* Decided: from here on it is admitted here (choose() only moves the round-robin). */
+    if (!(producer = choose(topic, producers, partition_key))) goto done;
+    if (!(batch = batch_of(producer))) goto done;
+    PyObject *charge_object = PyLong_FromLongLong(charge);
+    PyObject *accepted = charge_object ? PyObject_CallOneArg(self->accept, charge_object) : NULL;
+    Py_XDECREF(charge_object);
+    if (!accepted) goto done;
+    Py_DECREF(accepted);
+    if (tag != Py_None) {
+        long long outstanding;
+        if (get_ll(tag, S_outstanding, &outstanding) < 0) goto done;
+        PyObject *more = PyLong_FromLongLong(outstanding + 1);
+        int failed = !more || PyObject_SetAttr(tag, S_outstanding, more) < 0;
+        Py_XDECREF(more);
+        if (failed) goto done;
+    }
+    if (append(self, producer, batch, key_field, view.timestamp, p + view.value_start, value_size,
+               charge, tag) < 0)
+        goto done;
+    if (budget != Py_None) {
+        PyObject *less = PyLong_FromLongLong(budget_left - 1);
+        int failed = !less || PyObject_SetAttr(topic, S_rate_budget, less) < 0;
+        Py_XDECREF(less);
+        if (failed) goto done;
+    }
+    outcome = 1;
+done:
+    Py_XDECREF(record);
+    Py_XDECREF(topic_bytes);
+    Py_XDECREF(topic);
+    Py_XDECREF(budget);
+    Py_XDECREF(hashed);
+    Py_XDECREF(key_field);
+    Py_XDECREF(producers);
+    Py_XDECREF(producer);
+    Py_XDECREF((PyObject *)batch);
+    return outcome;
+}
+
+/* admit(data, tag=None) -> bool: Intake.admit's contract (see route/intake.py). */
+static PyObject *admitter_admit(Admitter *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "admit(data, tag=None)");
+        return NULL;
+    }
+    int outcome = fast_admit(self, args[0], nargs == 2 ? args[1] : Py_None);
+    if (outcome < 0) return NULL;
+    if (outcome) {
+        self->admitted_here++;
+        Py_RETURN_TRUE;
+    }
+    return PyObject_Vectorcall(self->slow, args, (size_t)nargs, NULL);
+}
+
+static int admitter_init(Admitter *self, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"intake", "slow", "by_bytes", "ledger", "policy", "events",
+                            "encode_key_field", "entry_overhead", NULL};
+    PyObject *intake, *slow, *by_bytes, *ledger, *policy, *events, *encode;
+    long long overhead;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OOOOL", names, &intake, &slow,
+                                     &PyDict_Type, &by_bytes, &ledger, &policy, &events, &encode,
+                                     &overhead))
+        return -1;
+    PyObject *accept = PyObject_GetAttrString(ledger, "accept");
+    if (!accept) return -1;
+    Py_INCREF(intake); Py_INCREF(slow); Py_INCREF(by_bytes); Py_INCREF(ledger);
+    Py_INCREF(policy); Py_INCREF(events); Py_INCREF(encode);
+    Py_XSETREF(self->intake, intake);
+    Py_XSETREF(self->slow, slow);
+    Py_XSETREF(self->by_bytes, by_bytes);
+    Py_XSETREF(self->ledger, ledger);
+    Py_XSETREF(self->accept, accept);
+    Py_XSETREF(self->policy, policy);
+    Py_XSETREF(self->events, events);
+    Py_XSETREF(self->encode_key_field, encode);
+    self->entry_overhead = overhead;
+    return 0;
+}
+
+static int admitter_traverse(Admitter *self, visitproc visit, void *arg) {
+    Py_VISIT(self->intake); Py_VISIT(self->slow); Py_VISIT(self->by_bytes);
+    Py_VISIT(self->ledger); Py_VISIT(self->accept); Py_VISIT(self->policy);
+    Py_VISIT(self->events); Py_VISIT(self->encode_key_field); Py_VISIT(self->last_topic_bytes);
+    return 0;
+}
+
+static int admitter_clear(Admitter *self) {
+    Py_CLEAR(self->intake); Py_CLEAR(self->slow); Py_CLEAR(self->by_bytes);
+    Py_CLEAR(self->ledger); Py_CLEAR(self->accept); Py_CLEAR(self->policy);
+    Py_CLEAR(self->events); Py_CLEAR(self->encode_key_field); Py_CLEAR(self->last_topic_bytes);
+    return 0;
+}
+
+static void admitter_dealloc(Admitter *self) {
+    PyObject_GC_UnTrack(self);
+    admitter_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef admitter_methods[] = {
+    {"admit", (PyCFunction)(void (*)(void))admitter_admit, METH_FASTCALL,
+     "admit(data, tag=None) -> bool, as Intake.admit"},
+    {NULL},
+};
+
+static PyObject *admitter_get_admitted_here(Admitter *self, void *c) {
+    return PyLong_FromUnsignedLongLong(self->admitted_here);
+}
+
+static PyGetSetDef admitter_getset[] = {
+    {"admitted_here", (getter)admitter_get_admitted_here, NULL,
+     "messages admitted without admit_py", NULL},
+    {NULL},
+};
+
+PyTypeObject pb_AdmitterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pulsar_bruce.native._intake.Admitter",
+    .tp_doc = "Intake.admit for the common case in C; everything else goes to admit_py.",
+    .tp_basicsize = sizeof(Admitter),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)admitter_init,
+    .tp_dealloc = (destructor)admitter_dealloc,
+    .tp_traverse = (traverseproc)admitter_traverse,
+    .tp_clear = (inquiry)admitter_clear,
+    .tp_methods = admitter_methods,
+    .tp_getset = admitter_getset,
+};
+
+int pb_admitter_names(void) {
+    struct { PyObject **slot; const char *text; } names[] = {
+        {&S_max_message_bytes, "max_message_bytes"}, {&S_rate_budget, "rate_budget"},
+        {&S_key_hash, "key_hash"}, {&S_buffered_bytes, "buffered_bytes"},
+        {&S_memory_limit, "memory_limit"}, {&S_producers, "producers"},
+        {&S_round_robin, "_round_robin"}, {&S_batch, "batch"}, {&S_ready, "ready"},
+        {&S_max_batch_bytes, "max_batch_bytes"}, {&S_key_field, "key_field"}, {&S_tags, "tags"},
+        {&S_policy, "policy"}, {&S_max_messages, "max_messages"}, {&S_key_based, "key_based"},
+        {&S_outstanding, "outstanding"}, {&S_seal, "seal"}, {&S_batch_sealed, "batch_sealed"},
+        {&S_batch_opened, "batch_opened"}, {&S_tag_last, "tag_last"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!(*names[i].slot = PyUnicode_InternFromString(names[i].text))) return -1;
+    return 0;
+}

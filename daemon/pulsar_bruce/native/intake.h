@@ -1,0 +1,78 @@
+/* pulsar_bruce.native._intake: what the compiled intake's files share.
+ *
+ * The files, each with its pure-Python twin (the differential tests compare them):
+ *   parse.c     the datagram parser and the stream record splitter
+ *               (parse/datagram.py parse_datagram_py, input/stream_session.py split_records_py)
+ *   entries.c   a batch's entry buffer (batch/batch_builder.py _PyEntries)
+ *   admitter.c  Intake.admit for the common case (route/intake.py admit_py)
+ *   receiver.c  the recvmmsg receive thread, without the GIL (input/socket_reader.py)
+ *   module.c    the module
+ */
+#ifndef PULSAR_BRUCE_INTAKE_H
+#define PULSAR_BRUCE_INTAKE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <string.h>
+
+/* Discard reasons (reasons.py) and b"", made once by the module. */
+extern PyObject *R_MALFORMED, *R_UNSUPPORTED_API_KEY, *R_UNSUPPORTED_VERSION, *EMPTY_BYTES;
+
+static inline int16_t rd_i16(const unsigned char *p) { return (int16_t)((p[0] << 8) | p[1]); }
+static inline uint32_t rd_u32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static inline int32_t rd_i32(const unsigned char *p) { return (int32_t)rd_u32(p); }
+static inline int64_t rd_i64(const unsigned char *p) {
+    return (int64_t)(((uint64_t)rd_u32(p) << 32) | rd_u32(p + 4));
+}
+
+static inline int varint_size(uint64_t n) {
+    int size = 1;
+    while (n >= 0x80) { n >>= 7; size++; }
+    return size;
+}
+static inline unsigned char *put_varint(unsigned char *out, uint64_t n) {
+    while (n >= 0x80) { *out++ = (unsigned char)((n & 0x7F) | 0x80); n >>= 7; }
+    *out++ = (unsigned char)n;
+    return out;
+}
+
+#define API_ANY_PARTITION 256
+#define API_PARTITION_KEY 257
+#define API_MESSAGE 260
+#define FLAG_PARTITION_KEY 0x0001
+
+/* A parsed AnyPartition or PartitionKey datagram: views into the datagram's bytes. */
+typedef struct {
+    Py_ssize_t topic_start, topic_end, key_start, key_end, value_start;
+    int64_t partition_key, timestamp;
+    int is_record;  /* ApiKey 260: pb_parse_message() does the rest */
+} View;
+
+PyObject *pb_parse_view(const unsigned char *p, Py_ssize_t length, View *view);
+PyObject *pb_parse_message(PyObject *data, int api_version);
+PyObject *pb_parse_datagram(PyObject *module, PyObject *data);
+PyObject *pb_split_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+
+typedef struct {
+    PyObject_HEAD
+    unsigned char *data;
+    Py_ssize_t size, capacity;
+    long long count, charged;
+} Entries;
+
+extern PyTypeObject pb_EntriesType;
+Py_ssize_t pb_entries_add(Entries *self, const char *key_field, Py_ssize_t key_size,
+                          long long timestamp, const char *value, Py_ssize_t payload_size,
+                          long long charge);
+
+extern PyTypeObject pb_AdmitterType;
+/* Interns the attribute names the admitter reads; 0, or -1 with an exception. */
+int pb_admitter_names(void);
+
+extern PyTypeObject pb_ReceiverType;
+
+#endif

@@ -1,0 +1,47 @@
+/* pulsar_bruce.native._intake: the compiled per-message path (the files: intake.h).
+ *
+ * Each piece has a pure-Python twin that behaves identically; the differential
+ * tests (tests/unit/daemon/native/) compare them byte for byte.
+ */
+#include "intake.h"
+
+PyObject *R_MALFORMED, *R_UNSUPPORTED_API_KEY, *R_UNSUPPORTED_VERSION, *EMPTY_BYTES;
+
+static PyMethodDef module_methods[] = {
+    {"parse_datagram", (PyCFunction)pb_parse_datagram, METH_O,
+     "parse_datagram(data) -> (topic, partition_key, timestamp, key, value_offset, fields) "
+     "or a discard reason"},
+    {"split_records", (PyCFunction)(void (*)(void))pb_split_records, METH_FASTCALL,
+     "split_records(buffer, offset, max_record_bytes) -> the complete stream records"},
+    {NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_intake", "The compiled per-message path of pulsar-bruce.", -1,
+    module_methods,
+};
+
+PyMODINIT_FUNC PyInit__intake(void) {
+    if (PyType_Ready(&pb_EntriesType) < 0 || PyType_Ready(&pb_ReceiverType) < 0 ||
+        PyType_Ready(&pb_AdmitterType) < 0)
+        return NULL;
+    if (pb_admitter_names() < 0) return NULL;
+    R_MALFORMED = PyUnicode_InternFromString("malformed");
+    R_UNSUPPORTED_API_KEY = PyUnicode_InternFromString("unsupported_api_key");
+    R_UNSUPPORTED_VERSION = PyUnicode_InternFromString("unsupported_version");
+    EMPTY_BYTES = PyBytes_FromStringAndSize(NULL, 0);
+    if (!R_MALFORMED || !R_UNSUPPORTED_API_KEY || !R_UNSUPPORTED_VERSION || !EMPTY_BYTES)
+        return NULL;
+    PyObject *module = PyModule_Create(&module_def);
+    if (!module) return NULL;
+    Py_INCREF(&pb_EntriesType);
+    Py_INCREF(&pb_ReceiverType);
+    Py_INCREF(&pb_AdmitterType);
+    if (PyModule_AddObject(module, "Entries", (PyObject *)&pb_EntriesType) < 0 ||
+        PyModule_AddObject(module, "Admitter", (PyObject *)&pb_AdmitterType) < 0 ||
+        PyModule_AddObject(module, "Receiver", (PyObject *)&pb_ReceiverType) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

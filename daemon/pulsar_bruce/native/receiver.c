@@ -1,0 +1,256 @@
+#include "intake.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------ Receiver */
+
+/* The receive thread fills slabs in ring order; the event loop takes them in the same
+ * order, so datagrams reach the intake in the order the socket gave them.  A slab is
+ * FREE (the thread may fill it) or READY (the loop may take it).  When every slab is
+ * READY the thread stops reading: the kernel queue fills and senders block or get
+ * EAGAIN, as they would with a slow single-threaded daemon.  Nothing is dropped here. */
+
+#define SLABS 4
+#define PER_SLAB 64
+
+typedef struct {
+    unsigned char *arena;             /* PER_SLAB slots of slot_size bytes (virtual) */
+    unsigned int lengths[PER_SLAB];
+    int count;
+    int ready;
+} Slab;
+
+typedef struct {
+    PyObject_HEAD
+    int sock_fd, wake_fd, stop_fd;
+    size_t slot_size, slab_bytes;
+    Slab slabs[SLABS];
+    int fill, take;                   /* next slab the thread fills / the loop takes */
+    int notified;                     /* wake_fd written, not yet answered by an empty take() */
+    int running, stopping, thread_errno;
+    unsigned long long calls, datagrams;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t slab_freed;
+} Receiver;
+
+static void receiver_wake(Receiver *self) {
+    uint64_t one = 1;
+    ssize_t ignored = write(self->wake_fd, &one, sizeof one);
+    (void)ignored;
+}
+
+/* Fill one slab: recvmmsg until it is full or the socket is empty (then publish what
+ * there is), waiting in poll() while the socket is empty and nothing is held. */
+static int receiver_fill(Receiver *self, Slab *slab) {
+    struct mmsghdr headers[PER_SLAB];
+    struct iovec vectors[PER_SLAB];
+    int count = 0;
+    while (count < PER_SLAB) {
+        int room = PER_SLAB - count;
+        for (int i = 0; i < room; i++) {
+            vectors[i].iov_base = slab->arena + (size_t)(count + i) * self->slot_size;
+            vectors[i].iov_len = self->slot_size;
+            memset(&headers[i].msg_hdr, 0, sizeof headers[i].msg_hdr);
+            headers[i].msg_hdr.msg_iov = &vectors[i];
+            headers[i].msg_hdr.msg_iovlen = 1;
+        }
+        int got = recvmmsg(self->sock_fd, headers, (unsigned int)room, MSG_DONTWAIT, NULL);
+        if (got > 0) {
+            for (int i = 0; i < got; i++) slab->lengths[count + i] = headers[i].msg_len;
+            count += got;
+            __atomic_add_fetch(&self->calls, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (count > 0) break;  /* publish now: latency before batching */
+            struct pollfd fds[2] = {{self->sock_fd, POLLIN, 0}, {self->stop_fd, POLLIN, 0}};
+            if (poll(fds, 2, -1) < 0 && errno != EINTR) { self->thread_errno = errno; return -1; }
+            if (fds[1].revents) return -1;  /* stop asked */
+            continue;
+        }
+        self->thread_errno = got < 0 ? errno : 0;  /* socket closed under us */
+        return -1;
+    }
+    return count;
+}
+
+static void *receiver_main(void *arg) {
+    Receiver *self = arg;
+    for (;;) {
+        pthread_mutex_lock(&self->lock);
+        Slab *slab = &self->slabs[self->fill];
+        while (slab->ready && !self->stopping) pthread_cond_wait(&self->slab_freed, &self->lock);
+        int stopping = self->stopping;
+        pthread_mutex_unlock(&self->lock);
+        if (stopping) break;
+        int count = receiver_fill(self, slab);
+        if (count <= 0) break;
+        pthread_mutex_lock(&self->lock);
+        slab->count = count;
+        slab->ready = 1;
+        self->fill = (self->fill + 1) % SLABS;
+        self->datagrams += (unsigned long long)count;
+        int wake = !self->notified;
+        self->notified = 1;
+        pthread_mutex_unlock(&self->lock);
+        if (wake) receiver_wake(self);
+    }
+    receiver_wake(self);  /* the loop sees the end (or the error) */
+    return NULL;
+}
+
+static void receiver_join(Receiver *self) {
+    if (!self->running) return;
+    pthread_mutex_lock(&self->lock);
+    self->stopping = 1;
+    pthread_cond_broadcast(&self->slab_freed);
+    pthread_mutex_unlock(&self->lock);
+    uint64_t one = 1;
+    ssize_t ignored = write(self->stop_fd, &one, sizeof one);
+    (void)ignored;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(self->thread, NULL);
+    Py_END_ALLOW_THREADS
+    self->running = 0;
+}
+
+static int receiver_init(Receiver *self, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"fd", "max_datagram_bytes", NULL};
+    int fd;
+    Py_ssize_t max_bytes;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "in", names, &fd, &max_bytes)) return -1;
+    if (max_bytes < 0) { PyErr_SetString(PyExc_ValueError, "max_datagram_bytes < 0"); return -1; }
+    long page = sysconf(_SC_PAGESIZE);
+    /* One byte more than the limit, so an oversized datagram is seen as such. */
+    self->slot_size = (((size_t)max_bytes + 1 + (size_t)page - 1) / (size_t)page) * (size_t)page;
+    self->slab_bytes = self->slot_size * PER_SLAB;
+    self->sock_fd = fd;
+    self->wake_fd = self->stop_fd = -1;
+    pthread_mutex_init(&self->lock, NULL);
+    pthread_cond_init(&self->slab_freed, NULL);
+    for (int i = 0; i < SLABS; i++) {
+        /* Address space only: pages cost memory once a datagram is written into them. */
+        void *arena = mmap(NULL, self->slab_bytes, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (arena == MAP_FAILED) { PyErr_SetFromErrno(PyExc_OSError); return -1; }
+        self->slabs[i].arena = arena;
+    }
+    self->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    self->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (self->wake_fd < 0 || self->stop_fd < 0) { PyErr_SetFromErrno(PyExc_OSError); return -1; }
+    return 0;
+}
+
+static void receiver_dealloc(Receiver *self) {
+    receiver_join(self);
+    for (int i = 0; i < SLABS; i++)
+        if (self->slabs[i].arena) munmap(self->slabs[i].arena, self->slab_bytes);
+    if (self->wake_fd >= 0) close(self->wake_fd);
+    if (self->stop_fd >= 0) close(self->stop_fd);
+    if (self->slot_size) {
+        pthread_mutex_destroy(&self->lock);
+        pthread_cond_destroy(&self->slab_freed);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *receiver_start(Receiver *self, PyObject *unused) {
+    if (self->running) Py_RETURN_NONE;
+    self->stopping = 0;
+    self->thread_errno = 0;
+    uint64_t drained;
+    while (read(self->stop_fd, &drained, sizeof drained) > 0) {}
+    int failed = pthread_create(&self->thread, NULL, receiver_main, self);
+    if (failed) { errno = failed; return PyErr_SetFromErrno(PyExc_OSError); }
+    self->running = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *receiver_stop(Receiver *self, PyObject *unused) {
+    receiver_join(self);
+    Py_RETURN_NONE;
+}
+
+/* take() -> the oldest filled slab's datagrams as a list of bytes, or None. */
+static PyObject *receiver_take(Receiver *self, PyObject *unused) {
+    pthread_mutex_lock(&self->lock);
+    Slab *slab = &self->slabs[self->take];
+    if (!slab->ready) {
+        self->notified = 0;
+        uint64_t drained;
+        ssize_t ignored = read(self->wake_fd, &drained, sizeof drained);
+        (void)ignored;
+        pthread_mutex_unlock(&self->lock);
+        Py_RETURN_NONE;
+    }
+    int count = slab->count;
+    pthread_mutex_unlock(&self->lock);
+    PyObject *list = PyList_New(count);
+    if (!list) return NULL;
+    for (int i = 0; i < count; i++) {
+        unsigned char *slot = slab->arena + (size_t)i * self->slot_size;
+        size_t length = slab->lengths[i];
+        PyObject *data = PyBytes_FromStringAndSize((const char *)slot, (Py_ssize_t)length);
+        if (!data) { Py_DECREF(list); return NULL; }
+        PyList_SET_ITEM(list, i, data);
+        if (length > 65536) /* a large datagram does not keep its pages */
+            madvise(slot + 65536, self->slot_size - 65536, MADV_DONTNEED);
+    }
+    pthread_mutex_lock(&self->lock);
+    slab->ready = 0;
+    self->take = (self->take + 1) % SLABS;
+    pthread_cond_signal(&self->slab_freed);
+    pthread_mutex_unlock(&self->lock);
+    return list;
+}
+
+static PyObject *receiver_get_wake_fd(Receiver *self, void *c) { return PyLong_FromLong(self->wake_fd); }
+static PyObject *receiver_get_running(Receiver *self, void *c) { return PyBool_FromLong(self->running); }
+static PyObject *receiver_get_error(Receiver *self, void *c) { return PyLong_FromLong(self->thread_errno); }
+static PyObject *receiver_get_stats(Receiver *self, void *c) {
+    pthread_mutex_lock(&self->lock);
+    unsigned long long calls = self->calls, datagrams = self->datagrams;
+    int ready = 0;
+    for (int i = 0; i < SLABS; i++) ready += self->slabs[i].ready;
+    pthread_mutex_unlock(&self->lock);
+    return Py_BuildValue("(KKi)", calls, datagrams, ready);
+}
+
+static PyMethodDef receiver_methods[] = {
+    {"start", (PyCFunction)receiver_start, METH_NOARGS, "start the receive thread"},
+    {"stop", (PyCFunction)receiver_stop, METH_NOARGS,
+     "stop the thread after the slab it is filling (it stays to be taken)"},
+    {"take", (PyCFunction)receiver_take, METH_NOARGS,
+     "the oldest filled slab's datagrams (list of bytes), or None; None re-arms wake_fd"},
+    {NULL},
+};
+
+static PyGetSetDef receiver_getset[] = {
+    {"wake_fd", (getter)receiver_get_wake_fd, NULL, "readable when a slab is ready", NULL},
+    {"running", (getter)receiver_get_running, NULL, "the thread runs", NULL},
+    {"error", (getter)receiver_get_error, NULL, "errno that ended the thread, or 0", NULL},
+    {"stats", (getter)receiver_get_stats, NULL,
+     "(recvmmsg calls, datagrams received, slabs waiting for the loop)", NULL},
+    {NULL},
+};
+
+PyTypeObject pb_ReceiverType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pulsar_bruce.native._intake.Receiver",
+    .tp_doc = "Receiver(fd, max_datagram_bytes): recvmmsg on a thread without the GIL.",
+    .tp_basicsize = sizeof(Receiver),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)receiver_init,
+    .tp_dealloc = (destructor)receiver_dealloc,
+    .tp_methods = receiver_methods,
+    .tp_getset = receiver_getset,
+};
