@@ -7,6 +7,12 @@ the ordering key, else the partition key of the entry's metadata).  So the
 Java client's ``BatchMessageKeyBasedContainer`` puts one key per batch and sets
 that key on the batch; with ``--key-based-batching`` the daemon does the same.
 Read back with the official client in Key_Shared mode.
+
+pulsar-lite's Key_Shared dispatcher sometimes delivers a message a second time
+(seen about one run in five: the same key and round twice, at the same
+consumer).  The daemon's own counters show whether it sent anything twice
+(``possible_duplicates``); what the consumers see is then read as the set of
+distinct messages, each key's first deliveries in order.
 """
 
 from __future__ import annotations
@@ -49,11 +55,12 @@ def test_two_key_shared_consumers_never_share_a_key(flat_broker: Broker, start_d
         total = ROUNDS * len(KEYS)
         counters = daemon.wait_settled(total)
         assert counters.acked == total and counters.identity_holds()
+        assert counters.possible_duplicates == 0  # the daemon sent every message once
 
         seen: list[dict[str, list[int]]] = [defaultdict(list), defaultdict(list)]
-        received = 0
+        distinct: set[tuple[str, int]] = set()
         deadline = time.monotonic() + 60
-        while received < total and time.monotonic() < deadline:
+        while len(distinct) < total and time.monotonic() < deadline:
             for index, consumer in enumerate(consumers):
                 try:
                     message = consumer.receive(200)
@@ -61,13 +68,14 @@ def test_two_key_shared_consumers_never_share_a_key(flat_broker: Broker, start_d
                     continue
                 key, round_ = message.data().decode().split("/")
                 assert message.partition_key() == key
-                seen[index][key].append(int(round_))
                 consumer.acknowledge(message)
-                received += 1
+                if (key, int(round_)) not in distinct:  # a redelivery is not a new message
+                    distinct.add((key, int(round_)))
+                    seen[index][key].append(int(round_))
     finally:
         client.close()
 
-    assert received == total
+    assert len(distinct) == total
     first, second = set(seen[0]), set(seen[1])
     assert first and second, "both consumers should get some keys"
     assert not first & second, f"keys delivered to both consumers: {sorted(first & second)}"

@@ -14,7 +14,12 @@
  * order, so datagrams reach the intake in the order the socket gave them.  A slab is
  * FREE (the thread may fill it) or READY (the loop may take it).  When every slab is
  * READY the thread stops reading: the kernel queue fills and senders block or get
- * EAGAIN, as they would with a slow single-threaded daemon.  Nothing is dropped here. */
+ * EAGAIN, as they would with a slow single-threaded daemon.  Nothing is dropped here.
+ *
+ * Wake-ups are per batch of work, not per datagram: when the socket runs dry the
+ * thread publishes its partial slab and wakes the loop only if the loop is idle;
+ * while the loop is busy the thread waits in poll() holding the slab, and the loop
+ * takes that partial slab itself once it has handled the earlier ones. */
 
 #define SLABS 4
 #define PER_SLAB 64
@@ -33,6 +38,8 @@ typedef struct {
     Slab slabs[SLABS];
     int fill, take;                   /* next slab the thread fills / the loop takes */
     int notified;                     /* wake_fd written, not yet answered by an empty take() */
+    int polling, held;                /* the thread waits in poll() holding ``held`` datagrams */
+    int waiting;                      /* the thread waits for a free slab */
     int running, stopping, thread_errno;
     unsigned long long calls, datagrams;
     pthread_t thread;
@@ -46,8 +53,21 @@ static void receiver_wake(Receiver *self) {
     (void)ignored;
 }
 
-/* Fill one slab: recvmmsg until it is full or the socket is empty (then publish what
- * there is), waiting in poll() while the socket is empty and nothing is held. */
+/* Publish ``count`` datagrams of the slab being filled; call with the lock held.
+ * Returns whether the loop must be woken. */
+static int receiver_publish(Receiver *self, Slab *slab, int count) {
+    slab->count = count;
+    slab->ready = 1;
+    self->fill = (self->fill + 1) % SLABS;
+    self->datagrams += (unsigned long long)count;
+    int wake = !self->notified;
+    self->notified = 1;
+    return wake;
+}
+
+/* Fill one slab with recvmmsg until it is full, or the socket is empty and the loop
+ * idle.  Returns the datagrams to publish; 0 when the loop took the partial slab
+ * itself; -1 when the thread must end (stop asked, socket error) with nothing held. */
 static int receiver_fill(Receiver *self, Slab *slab) {
     struct mmsghdr headers[PER_SLAB];
     struct iovec vectors[PER_SLAB];
@@ -65,19 +85,37 @@ static int receiver_fill(Receiver *self, Slab *slab) {
         if (got > 0) {
             for (int i = 0; i < got; i++) slab->lengths[count + i] = headers[i].msg_len;
             count += got;
-            __atomic_add_fetch(&self->calls, 1, __ATOMIC_RELAXED);
+            self->calls++;
             continue;
         }
         if (got < 0 && errno == EINTR) continue;
-        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (count > 0) break;  /* publish now: latency before batching */
-            struct pollfd fds[2] = {{self->sock_fd, POLLIN, 0}, {self->stop_fd, POLLIN, 0}};
-            if (poll(fds, 2, -1) < 0 && errno != EINTR) { self->thread_errno = errno; return -1; }
-            if (fds[1].revents) return -1;  /* stop asked */
-            continue;
+        if (!(got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) {
+            self->thread_errno = got < 0 ? errno : 0;  /* socket closed under us */
+            return count > 0 ? count : -1;
         }
-        self->thread_errno = got < 0 ? errno : 0;  /* socket closed under us */
-        return -1;
+        pthread_mutex_lock(&self->lock);
+        if (count > 0 && !self->notified) {  /* the loop is idle: publish now */
+            pthread_mutex_unlock(&self->lock);
+            return count;
+        }
+        self->held = count;
+        self->polling = 1;
+        pthread_mutex_unlock(&self->lock);
+        struct pollfd fds[2] = {{self->sock_fd, POLLIN, 0}, {self->stop_fd, POLLIN, 0}};
+        int polled = poll(fds, 2, -1);
+        int poll_errno = errno;
+        pthread_mutex_lock(&self->lock);
+        self->polling = 0;
+        self->held = 0;
+        /* The loop took the partial slab meanwhile (only a take() moves ``fill`` now). */
+        int taken = &self->slabs[self->fill] != slab;
+        pthread_mutex_unlock(&self->lock);
+        if (taken) return 0;
+        if (polled < 0 && poll_errno != EINTR) {
+            self->thread_errno = poll_errno;
+            return count > 0 ? count : -1;
+        }
+        if (fds[1].revents) return count > 0 ? count : -1;  /* stop asked */
     }
     return count;
 }
@@ -87,19 +125,17 @@ static void *receiver_main(void *arg) {
     for (;;) {
         pthread_mutex_lock(&self->lock);
         Slab *slab = &self->slabs[self->fill];
+        self->waiting = 1;
         while (slab->ready && !self->stopping) pthread_cond_wait(&self->slab_freed, &self->lock);
+        self->waiting = 0;
         int stopping = self->stopping;
         pthread_mutex_unlock(&self->lock);
         if (stopping) break;
         int count = receiver_fill(self, slab);
-        if (count <= 0) break;
+        if (count == 0) continue;
+        if (count < 0) break;
         pthread_mutex_lock(&self->lock);
-        slab->count = count;
-        slab->ready = 1;
-        self->fill = (self->fill + 1) % SLABS;
-        self->datagrams += (unsigned long long)count;
-        int wake = !self->notified;
-        self->notified = 1;
+        int wake = receiver_publish(self, slab, count);
         pthread_mutex_unlock(&self->lock);
         if (wake) receiver_wake(self);
     }
@@ -183,6 +219,10 @@ static PyObject *receiver_stop(Receiver *self, PyObject *unused) {
 static PyObject *receiver_take(Receiver *self, PyObject *unused) {
     pthread_mutex_lock(&self->lock);
     Slab *slab = &self->slabs[self->take];
+    if (!slab->ready && self->polling && self->held > 0 && self->take == self->fill) {
+        receiver_publish(self, slab, self->held);  /* take the thread's partial slab */
+        self->held = 0;
+    }
     if (!slab->ready) {
         self->notified = 0;
         uint64_t drained;
@@ -207,7 +247,7 @@ static PyObject *receiver_take(Receiver *self, PyObject *unused) {
     pthread_mutex_lock(&self->lock);
     slab->ready = 0;
     self->take = (self->take + 1) % SLABS;
-    pthread_cond_signal(&self->slab_freed);
+    if (self->waiting) pthread_cond_signal(&self->slab_freed);
     pthread_mutex_unlock(&self->lock);
     return list;
 }
@@ -217,11 +257,12 @@ static PyObject *receiver_get_running(Receiver *self, void *c) { return PyBool_F
 static PyObject *receiver_get_error(Receiver *self, void *c) { return PyLong_FromLong(self->thread_errno); }
 static PyObject *receiver_get_stats(Receiver *self, void *c) {
     pthread_mutex_lock(&self->lock);
-    unsigned long long calls = self->calls, datagrams = self->datagrams;
-    int ready = 0;
+    unsigned long long calls = __atomic_load_n(&self->calls, __ATOMIC_RELAXED);
+    unsigned long long datagrams = self->datagrams;
+    int ready = 0, held = self->polling ? self->held : 0;
     for (int i = 0; i < SLABS; i++) ready += self->slabs[i].ready;
     pthread_mutex_unlock(&self->lock);
-    return Py_BuildValue("(KKi)", calls, datagrams, ready);
+    return Py_BuildValue("(KKii)", calls, datagrams, ready, held);
 }
 
 static PyMethodDef receiver_methods[] = {
@@ -238,7 +279,8 @@ static PyGetSetDef receiver_getset[] = {
     {"running", (getter)receiver_get_running, NULL, "the thread runs", NULL},
     {"error", (getter)receiver_get_error, NULL, "errno that ended the thread, or 0", NULL},
     {"stats", (getter)receiver_get_stats, NULL,
-     "(recvmmsg calls, datagrams received, slabs waiting for the loop)", NULL},
+     "(recvmmsg calls, datagrams published, slabs waiting for the loop, "
+     "datagrams the thread holds while the loop is busy)", NULL},
     {NULL},
 };
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -245,3 +246,50 @@ def test_a_loop_that_falls_behind_stops_the_thread_and_the_sender_waits(
         assert [int(data) for data in rig.handled] == list(range(sent))
 
     asyncio.run(test())
+
+
+@pytest.mark.skipif(compiled is None, reason="the compiled intake is not built")
+def test_what_the_thread_holds_while_the_loop_is_busy_is_taken_when_the_loop_is_free(
+    pair: tuple[socket.socket, socket.socket], reader_class: type[DatagramReader]
+) -> None:
+    """The loop is busy with the first datagram while more arrive: the thread holds
+    them in a partial slab (no wake-up per datagram), and the loop takes that slab
+    itself once it is free, though nothing more arrives to make the thread publish."""
+    if reader_class is not ThreadedDatagramReader:
+        pytest.skip("the receive thread only")
+    sender, receiver = pair
+    busy = threading.Event()
+    release = threading.Event()
+
+    def hold_the_loop(data: bytes) -> None:
+        if data == b"0":
+            busy.set()
+            assert release.wait(10), "the sender thread never released the loop"
+
+    rig = Rig(receiver, hold_the_loop)
+    assert isinstance(rig.reader, ThreadedDatagramReader)
+    thread = rig.reader._receiver
+    held: list[int] = []
+
+    def send() -> None:
+        sender.send(b"0")
+        assert busy.wait(10)
+        for index in range(1, 10):
+            sender.send(b"%d" % index)
+        deadline = time.monotonic() + 10
+        while thread.stats[3] < 9 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        held.append(thread.stats[3])
+        release.set()
+
+    async def test() -> None:
+        rig.reader.start()
+        sending = threading.Thread(target=send)
+        sending.start()
+        await until(lambda: len(rig.handled) == 10, "all ten datagrams")
+        sending.join()
+        rig.reader.stop()
+
+    asyncio.run(test())
+    assert held == [9]  # the thread held them, and did not wake the busy loop for each
+    assert rig.handled == [b"%d" % index for index in range(10)]
