@@ -1,5 +1,6 @@
 """to_pulsar.bulk: a batch's records column by column, byte for byte what ``send()`` encodes
-one row at a time; and StreamSender.send_encoded, which takes such a batch at once.
+one row at a time; StreamSender.send_encoded, which takes such a batch at once; and a
+Spark task (TaskPlan.write) handing over one chunk per batch before its one flush.
 
 The reference is what a Spark task did before: each row through ``SyncSend.send``
 (a null topic: the option's, else invalid), records captured instead of sent.
@@ -7,16 +8,19 @@ The reference is what a Spark task did before: each row through ``SyncSend.send`
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import string
+import struct
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from to_pulsar import InvalidMessageError, StreamProtocolError, StreamSender, bulk
+from to_pulsar import FlushResult, InvalidMessageError, StreamProtocolError, StreamSender, bulk
 from to_pulsar.bulk import NO_TOPIC, Columns, encode_columns
 from to_pulsar.encoding import encode_any_partition, encode_partition_key
 from to_pulsar.sending import SyncSend
+from to_pulsar.spark_task import TaskPlan, ToPulsarSparkError
 
 from tests.support.fakestream import FakeStreamDaemon
 
@@ -249,3 +253,64 @@ def test_send_encoded_refuses_a_count_that_cannot_be_and_a_wrong_one_fails_the_f
             sender.flush()
         assert sender.closed
 
+
+# -- a Spark task: one chunk per batch, the commit from the flush ------------------------------
+
+
+def test_a_task_hands_each_batch_over_at_once_then_flushes(
+    fake: FakeStreamDaemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[object] = []
+    send_encoded, flush = StreamSender.send_encoded, StreamSender.flush
+
+    def spy_send(sender: StreamSender, records: bytes, count: int) -> None:
+        calls.append(count)
+        send_encoded(sender, records, count)
+
+    def spy_flush(sender: StreamSender, timeout: float | None = None) -> FlushResult:
+        calls.append("flush")
+        return flush(sender, timeout)
+
+    monkeypatch.setattr(StreamSender, "send_encoded", spy_send)
+    monkeypatch.setattr(StreamSender, "flush", spy_flush)
+    plan = TaskPlan(str(fake.path), "t", 10.0, False, value=0, partition_key=1)
+    rows = [(f"v{i}", i % 7) for i in range(25_000)]  # tuples, as pyspark Rows are
+    rows[12_345] = ("bad", 2**40)
+    with pytest.raises(ToPulsarSparkError) as info:
+        plan.write(iter(rows))
+    assert calls == [10_000, 9_999, 5_000, "flush"]
+    assert "1 of 25000 rows were not delivered (invalid 1), 24999 acked" in str(info.value)
+    assert "first invalid row 12346: partition key must be in" in str(info.value)
+    records = fake.message_records()
+    assert len(records) == 24_999
+    expected = encode_partition_key(12_346 % 7, "t", b"v12346", b"", ts(records[12_345]))
+    assert records[12_345] == expected
+
+
+def test_rows_and_arrow_batches_keep_their_order_and_row_numbers(fake: FakeStreamDaemon) -> None:
+    pa = pytest.importorskip("pyarrow")
+    plan = TaskPlan(str(fake.path), None, 10.0, True, value=0, topic_column=1)
+
+    def batch(*topics: str | None) -> object:
+        values = [f"b{i}" for i in range(len(topics))]
+        return pa.record_batch([pa.array(values), pa.array(topics, pa.string())], ["v", "t"])
+
+    items = [("r0", "x"), batch("x", "y"), batch(), ("r1", None), batch("x", None, "x")]
+    result = plan.write(iter(items))
+    assert (result.rows, result.acked, result.discarded) == (7, 5, {"invalid": 2})
+    records = fake.message_records()
+    sent = (("r0", "x"), ("b0", "x"), ("b1", "y"), ("b0", "x"), ("b2", "x"))
+    assert records == [
+        encode_any_partition(topic, value, b"", ts(record))
+        for (value, topic), record in zip(sent, records, strict=True)
+    ]
+    tolerant = dataclasses.replace(plan, tolerate_discards=False)
+    with pytest.raises(ToPulsarSparkError, match=r"2 of 7 rows .* first invalid row 4: no topic"):
+        tolerant.write(iter(items))
+
+
+def ts(record: bytes) -> int:
+    """The timestamp of an AnyPartition or PartitionKey record."""
+    routed = struct.unpack_from(">h", record, 4)[0] == 257
+    (topic_size,) = struct.unpack_from(">h", record, 14 if routed else 10)
+    return int(struct.unpack_from(">q", record, (16 if routed else 12) + topic_size)[0])
