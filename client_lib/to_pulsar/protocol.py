@@ -206,9 +206,10 @@ class StreamState:
         self._carry = FlushResult()  # counts of abandoned flushes, for the next result
         self._inbuf = bytearray()
 
-    def append(self, record: bytes) -> None:
-        self.out += record
-        self.unconfirmed += 1
+    def append(self, records: bytes, count: int = 1) -> None:
+        """Queue ``count`` encoded records (back to back) for the next write."""
+        self.out += records
+        self.unconfirmed += count
 
     def wrote(self, n: int) -> None:
         del self.out[:n]

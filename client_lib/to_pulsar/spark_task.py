@@ -3,23 +3,22 @@
 This is the executor side of :mod:`to_pulsar.spark`. It imports neither pyspark
 nor pyarrow (Arrow batches arrive already built), so it runs in whatever Python
 Spark starts on an executor, once :func:`to_pulsar.spark.register` has shipped
-the package there.
+the package there. A batch's columns are pulled out once and its records encoded
+together (:mod:`to_pulsar.bulk`), not one call, tuple and sender lock per row.
 """
 
 from __future__ import annotations
 
 import datetime
+import operator
 import socket as _socket
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import (
-    DaemonUnavailableError,
-    InvalidMessageError,
-    SendTimeoutError,
-    ToPulsarError,
-)
+from .bulk import Columns, encode_columns
+from .errors import DaemonUnavailableError, SendTimeoutError, ToPulsarError
 from .paths import resolve_stream_socket_path
 from .protocol import FlushResult
 from .stream import StreamSender
@@ -39,8 +38,10 @@ INVALID = "invalid"
 _EPOCH_UTC = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _EPOCH_NAIVE = datetime.datetime(1970, 1, 1)
 _MS = datetime.timedelta(milliseconds=1)
+_time_ns = time.time_ns
 
-Message = tuple[Any, Any, Any, Any, Any, Any]
+#: Rows that do not come in Arrow batches are encoded this many at a time.
+ROWS_PER_BATCH = 10_000
 
 
 class ToPulsarSparkError(ToPulsarError):
@@ -115,61 +116,72 @@ class TaskPlan:
     # "ms" (integer milliseconds), "us" (integer microseconds), "ts" (timestamp), "ntz"
     timestamp_kind: str = "ms"
 
-    def messages(self, items: Iterable[Any]) -> Iterator[Message]:
-        """``(value, key, partition_key, topic, timestamp_ms, properties)`` per row, from
-        Arrow record batches (the data source writers) or Rows (``write()``, some streams)."""
+    def batches(self, items: Iterable[Any]) -> Iterator[Columns]:
+        """The task's rows column by column: each Arrow record batch (the data source
+        writers), and runs of up to ``ROWS_PER_BATCH`` Rows (``write()``, some streams)."""
+        rows: list[Sequence[Any]] = []
         for item in items:
             if isinstance(item, tuple):  # a pyspark Row
-                yield self._from_row(item)
-            else:
-                yield from self._from_batch(item)
+                rows.append(item)
+                if len(rows) == ROWS_PER_BATCH:
+                    yield self._from_rows(rows)
+                    rows = []
+                continue
+            if rows:  # rows before a batch go first
+                yield self._from_rows(rows)
+                rows = []
+            yield self._from_batch(item)
+        if rows:
+            yield self._from_rows(rows)
 
-    def _from_batch(self, batch: Any) -> Iterator[Message]:
-        rows = batch.num_rows
-        nothing = [None] * rows
+    def _from_batch(self, batch: Any) -> Columns:
+        def column(index: int | None) -> list[Any] | None:
+            return None if index is None else batch.column(index).to_pylist()
 
-        def column(index: int | None) -> list[Any]:
-            return nothing if index is None else batch.column(index).to_pylist()
-
-        timestamps = nothing
+        timestamps = None
         if self.timestamp is not None:
             raw = batch.column(self.timestamp)
             if self.timestamp_kind == "ms":
                 timestamps = raw.to_pylist()
             else:  # microseconds since the epoch (UTC; wall clock for timestamp_ntz)
-                timestamps = [
-                    None if us is None else us // 1000 for us in raw.cast("int64").to_pylist()
-                ]
-        return zip(
+                micros = raw.cast("int64").to_pylist()
+                timestamps = [None if us is None else us // 1000 for us in micros]
+        return self._columns(column, timestamps)
+
+    def _from_rows(self, rows: list[Sequence[Any]]) -> Columns:
+        def column(index: int | None) -> list[Any] | None:
+            return None if index is None else list(map(operator.itemgetter(index), rows))
+
+        timestamps = column(self.timestamp)
+        if timestamps is not None and self.timestamp_kind != "ms":
+            timestamps = list(map(self._row_millis, timestamps))
+        return self._columns(column, timestamps)
+
+    def _columns(self, column: Callable[[int | None], Any], timestamps: Any) -> Columns:
+        return Columns(
             column(self.value),
             column(self.key),
             column(self.partition_key),
             column(self.topic_column),
             timestamps,
             column(self.properties),  # Arrow gives a map as [(key, value), ...]
-            strict=True,
         )
 
-    def _from_row(self, row: Sequence[Any]) -> Message:
-        timestamp = None if self.timestamp is None else row[self.timestamp]
+    def _row_millis(self, timestamp: Any) -> Any:
         if isinstance(timestamp, datetime.datetime):
             if self.timestamp_kind == "ntz":
-                timestamp = (timestamp - _EPOCH_NAIVE) // _MS
-            else:  # pyspark hands TimestampType out as naive local time
-                timestamp = (timestamp.astimezone() - _EPOCH_UTC) // _MS
-        elif timestamp is not None and self.timestamp_kind == "us":
-            timestamp //= 1000
-        return (
-            row[self.value],
-            None if self.key is None else row[self.key],
-            None if self.partition_key is None else row[self.partition_key],
-            None if self.topic_column is None else row[self.topic_column],
-            timestamp,
-            None if self.properties is None else row[self.properties],
-        )
+                return (timestamp - _EPOCH_NAIVE) // _MS
+            # pyspark hands TimestampType out as naive local time
+            return (timestamp.astimezone() - _EPOCH_UTC) // _MS
+        if timestamp is not None and self.timestamp_kind == "us":
+            return timestamp // 1000
+        return timestamp
 
     def write(self, items: Iterable[Any]) -> TaskResult:
-        """Send a task's rows over one stream connection, flush, and check the counts."""
+        """Send a task's rows over one stream connection, flush, and check the counts.
+
+        Each batch goes to the sender as one chunk of records; what the task reports
+        (and so whether Spark commits it) comes only from the flush's counts."""
         host = _socket.gethostname()
         path = self.socket or resolve_stream_socket_path()
         where = f"on {host} ({path})"
@@ -177,27 +189,19 @@ class TaskPlan:
         first_invalid = ""
         sender: StreamSender | None = None
         try:
-            for value, key, partition_key, topic, timestamp_ms, props in self.messages(items):
-                rows += 1
+            for columns in self.batches(items):
+                if not len(columns):
+                    continue
                 if sender is None:  # connect on the first row: empty tasks need no daemon
                     sender = self._connect(path)
                     where = f"on {host} ({sender.socket_path})"
-                try:
-                    if topic is None:
-                        topic = self.topic
-                        if topic is None:
-                            raise InvalidMessageError("no topic (null 'topic' and no option)")
-                    sender.send(
-                        topic,
-                        b"" if value is None else value,
-                        key=key,
-                        partition_key=partition_key,
-                        timestamp_ms=timestamp_ms,
-                        properties=dict(props) if props else None,
-                    )
-                except InvalidMessageError as exc:
-                    invalid += 1
-                    first_invalid = first_invalid or f"row {rows}: {exc}"
+                encoded = encode_columns(columns, self.topic, _time_ns() // 1_000_000)
+                if encoded.invalid and not first_invalid:
+                    index, why = encoded.invalid[0]
+                    first_invalid = f"row {rows + index + 1}: {why}"
+                invalid += len(encoded.invalid)
+                rows += len(columns)
+                sender.send_encoded(encoded.records, encoded.count)
             result = FlushResult() if sender is None else self._flush(sender, rows, where)
         except SendTimeoutError as exc:
             raise ToPulsarSparkError(

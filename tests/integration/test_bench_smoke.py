@@ -1,9 +1,11 @@
-"""Keep ``python -m bench.throughput`` and ``bench.hostscale`` working: tiny runs end to end
-(no timing is asserted)."""
+"""Keep ``python -m bench.throughput``, ``bench.hostscale`` and ``bench.spark_sink``
+working: tiny runs end to end (no timing is asserted)."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -57,3 +59,21 @@ def test_hostscale_bench_runs_and_loses_nothing(tmp_path: Path) -> None:
     )
     results = json.loads((tmp_path / "hostscale.json").read_text())
     assert [row["senders"] for row in results["k"]] == [1, 2]
+
+
+@pytest.mark.spark
+def test_spark_sink_bench_runs_and_loses_nothing() -> None:
+    """``python -m bench.spark_sink``, tiny: both sides write, the daemon acks every row."""
+    pytest.importorskip("pyspark", reason="pyspark is not installed (the [spark] extra)")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java runtime for Spark")
+    run_bench(
+        "spark_sink",
+        ["--rows", "3000", "--rounds", "1"],
+        timeout=300,
+        expect=[
+            f"executors' Python: {sys.executable}",
+            "ratio to_pulsar/official: ",
+            "no rows lost",
+        ],
+    )

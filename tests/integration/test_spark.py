@@ -20,6 +20,7 @@ import pytest
 
 from tests.support.consume import consume
 from tests.support.processes import ROOT, Broker
+from tests.support.spark_session import local_session
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 
@@ -32,31 +33,11 @@ BASE_MS = 1_700_000_000_000
 def spark() -> Iterator[Any]:
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("no Java runtime for Spark")
-    from pyspark.sql import SparkSession
-
-    # The Python workers Spark forks must be this interpreter and find to_pulsar.
-    client_lib = str(ROOT / "client_lib")
-    pythonpath = os.pathsep.join(filter(None, [client_lib, os.environ.get("PYTHONPATH")]))
-    os.environ["PYTHONPATH"] = pythonpath
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("to_pulsar-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.executorEnv.PYTHONPATH", pythonpath)
-        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
+    session = local_session(
+        "to_pulsar-tests",
+        [str(ROOT / "client_lib")],
+        **{"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"},
     )
-    session.sparkContext.setLogLevel("ERROR")
-    import to_pulsar.spark
-
-    to_pulsar.spark.register(session)
     yield session
     session.stop()
 

@@ -1,0 +1,42 @@
+"""The local Spark session of the Spark tests and ``bench/spark_sink.py``.
+
+Its Python workers must be this interpreter (the same pyarrow and pulsar-client as
+the driver) and must find what the caller puts on their path.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+
+def local_session(app: str, pythonpath: Sequence[str], **config: str) -> Any:
+    """A ``local[2]`` session on 127.0.0.1 with ``to_pulsar.spark`` registered; ``pythonpath``
+    goes first on the workers' (and this process's children's) PYTHONPATH."""
+    from pyspark.sql import SparkSession
+
+    paths = os.pathsep.join(filter(None, [*pythonpath, os.environ.get("PYTHONPATH")]))
+    os.environ["PYTHONPATH"] = paths
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.executorEnv.PYTHONPATH", paths)
+        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+    )
+    for name, value in config.items():
+        builder = builder.config(name, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    import to_pulsar.spark
+
+    to_pulsar.spark.register(session)
+    return session
