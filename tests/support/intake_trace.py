@@ -5,7 +5,7 @@ fuzzed datagrams and stream records (three topics: round-robin over four
 partitions with one not ready, key routing with key-based batching and lz4, a
 rate limit; bad topics, malformed and oversized messages, a memory limit that
 fills) and prints, as JSON, every discard reason in order, every sealed batch
-(partition, count, charge, payload bytes), every Send frame its producer
+(partition, count, charge, payload bytes, confirmation tag runs), every Send frame its producer
 writes, and the ledger.  The differential test runs it once per intake
 (``PULSAR_BRUCE_INTAKE``) in a fresh interpreter and compares the output exactly.
 """
@@ -47,8 +47,9 @@ class Recorder:
 
     def batch_sealed(self, producer: PartitionProducer) -> None:
         for batch in list(producer.pending)[producer.in_flight :]:
+            runs = [[run.tag is not None, run.count] for run in batch.tags or ()]
             self.trace["batches"].append(
-                [producer.topic, batch.count, batch.buffer_bytes, batch.payload.hex()]
+                [producer.topic, batch.count, batch.buffer_bytes, batch.payload.hex(), runs]
             )
         out = producer.frames_to_send(publish_time_ms=1_700_000_000_000)
         self.trace["frames"] += [hashlib.sha256(frame).hexdigest() for frame in out.frames]

@@ -14,7 +14,7 @@
 static PyObject *S_max_message_bytes, *S_rate_budget, *S_key_hash, *S_buffered_bytes,
     *S_memory_limit, *S_producers, *S_round_robin, *S_batch, *S_ready, *S_max_batch_bytes,
     *S_key_field, *S_tags, *S_policy, *S_max_messages, *S_key_based, *S_outstanding, *S_seal,
-    *S_batch_sealed, *S_batch_opened, *S_tag_last;
+    *S_batch_sealed, *S_batch_opened, *S_tag_last, *S_tag, *S_count;
 
 typedef struct {
     PyObject_HEAD
@@ -112,6 +112,26 @@ static int seal_and_report(Admitter *self, PyObject *producer) {
     return done ? 0 : -1;
 }
 
+/* add_tag's common case (model/confirmation.py): the message belongs to the batch's last
+ * tag run, whose count grows.  Clears *pending when done here. */
+static int add_to_last_run(PyObject *tags, PyObject *tag, int *pending) {
+    if (!PyList_CheckExact(tags) || PyList_GET_SIZE(tags) == 0) return 0;
+    PyObject *last = PyList_GET_ITEM(tags, PyList_GET_SIZE(tags) - 1);
+    PyObject *last_tag = PyObject_GetAttr(last, S_tag);
+    if (!last_tag) return -1;
+    int same = last_tag == tag;
+    Py_DECREF(last_tag);
+    if (!same) return 0;
+    long long count;
+    if (get_ll(last, S_count, &count) < 0) return -1;
+    PyObject *more = PyLong_FromLongLong(count + 1);
+    int failed = !more || PyObject_SetAttr(last, S_count, more) < 0;
+    Py_XDECREF(more);
+    if (failed) return -1;
+    *pending = 0;
+    return 0;
+}
+
 /* Appender.append for a batch that is an Entries. */
 static int append(Admitter *self, PyObject *producer, Entries *batch, PyObject *key_field,
                   long long timestamp, const char *value, Py_ssize_t value_size,
@@ -138,8 +158,12 @@ static int append(Admitter *self, PyObject *producer, Entries *batch, PyObject *
     PyObject *tags = PyObject_GetAttr((PyObject *)batch, S_tags);
     if (!tags) return -1;
     int tagged = tag != Py_None || tags != Py_None;
+    if (tagged && add_to_last_run(tags, tag, &tagged) < 0) {
+        Py_DECREF(tags);
+        return -1;
+    }
     Py_DECREF(tags);
-    if (tagged) {
+    if (tagged) {  /* a new run, or the first tags of the batch: BatchBuilder.tag_last */
         PyObject *done = PyObject_CallMethodOneArg((PyObject *)batch, S_tag_last, tag);
         if (!done) return -1;
         Py_DECREF(done);
@@ -435,6 +459,7 @@ int pb_admitter_names(void) {
         {&S_policy, "policy"}, {&S_max_messages, "max_messages"}, {&S_key_based, "key_based"},
         {&S_outstanding, "outstanding"}, {&S_seal, "seal"}, {&S_batch_sealed, "batch_sealed"},
         {&S_batch_opened, "batch_opened"}, {&S_tag_last, "tag_last"},
+        {&S_tag, "tag"}, {&S_count, "count"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!(*names[i].slot = PyUnicode_InternFromString(names[i].text))) return -1;
