@@ -137,13 +137,25 @@ class SpoolStore:
         path = self.directory / name
         # The head's offset is on disk before the front is, and no stale line can name it.
         self._save_cursor(durable=self.fsync is not FsyncPolicy.NEVER)
-        with path.open("ab") as handle:
-            for record in front:
-                handle.write(record)
-                self.size_bytes += len(record)
-            handle.flush()
-            if self.fsync is not FsyncPolicy.NEVER:
-                os.fsync(handle.fileno())
+        start = path.stat().st_size if path.exists() else -1
+        written = 0
+        try:
+            with path.open("ab") as handle:
+                for record in front:
+                    handle.write(record)
+                    written += len(record)
+                handle.flush()
+                if self.fsync is not FsyncPolicy.NEVER:
+                    os.fsync(handle.fileno())
+        except OSError:
+            # The caller counts these messages as discarded: none of them may be replayed.
+            with contextlib.suppress(OSError):
+                if start < 0:
+                    path.unlink()
+                else:
+                    os.truncate(path, start)
+            raise
+        self.size_bytes += written
 
     # -- reading ------------------------------------------------------------------------
 

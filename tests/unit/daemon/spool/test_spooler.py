@@ -246,15 +246,11 @@ def test_a_failed_front_write_returns_false_and_the_store_is_closed(
     assert again.datagrams == [(b"held", True)]  # what was held is on disk all the same
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SpoolStore.write_front leaves the front file behind when a write or fsync in it "
-    "fails; Spooler.shutdown returns False, so the server counts those messages as "
-    "discarded (shutdown), yet the next start replays them from that file",
-)
 def test_a_front_write_that_fails_midway_leaves_nothing_to_replay(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Spooler.shutdown returns False and the server counts the front as discarded
+    (shutdown): the half-written front file must not be replayed by the next start."""
     rig = Rig(tmp_path, fsync="interval")
     real_fsync = os.fsync
 
