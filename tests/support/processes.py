@@ -147,10 +147,23 @@ _DISCARDED = re.compile(r'pulsar_bruce_discarded_total\{reason="([a-z_]+)"\}')
 _LATENCY_BUCKET = re.compile(r'pulsar_bruce_send_latency_seconds_bucket\{le="([^"]+)"\}')
 
 
-def scrape_metrics(port: int) -> str:
-    """One GET /metrics over a raw socket (cheaper than urllib at a 5 ms poll)."""
+#: The series :class:`Counters` needs: ``/metrics?name[]=...`` serves just these, a cheap
+#: scrape for a tight poll (no histograms, no per-topic series).
+COUNTER_SERIES = (
+    "pulsar_bruce_received_total",
+    "pulsar_bruce_acked_total",
+    "pulsar_bruce_discarded_total",
+    "pulsar_bruce_buffered_messages",
+    "pulsar_bruce_possible_duplicates_total",
+)
+
+
+def scrape_metrics(port: int, names: Sequence[str] = ()) -> str:
+    """One GET /metrics over a raw socket (cheaper than urllib at a 5 ms poll); ``names``:
+    only those series (Prometheus' ``name[]`` filter)."""
+    query = "?" + "&".join(f"name[]={name}" for name in names) if names else ""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
-        conn.sendall(b"GET /metrics HTTP/1.0\r\nHost: tests\r\n\r\n")
+        conn.sendall(f"GET /metrics{query} HTTP/1.0\r\nHost: tests\r\n\r\n".encode())
         chunks = []
         while chunk := conn.recv(65536):
             chunks.append(chunk)
@@ -272,12 +285,13 @@ class Daemon:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
             sock.sendto(datagram, self.socket_path)
 
-    def metrics(self) -> dict[str, float]:
-        """``{'name{labels}': value}`` from one scrape."""
-        return parse_samples(scrape_metrics(self.metrics_port))
+    def metrics(self, names: Sequence[str] = ()) -> dict[str, float]:
+        """``{'name{labels}': value}`` from one scrape (of only ``names``, if given)."""
+        return parse_samples(scrape_metrics(self.metrics_port, names))
 
-    def counters(self) -> Counters:
-        return Counters.from_samples(self.metrics())
+    def counters(self, cheap: bool = False) -> Counters:
+        """The accounting counters; ``cheap``: scrape only them (no latency buckets)."""
+        return Counters.from_samples(self.metrics(COUNTER_SERIES if cheap else ()))
 
     def wait_settled(self, expected_received: int, timeout: float = 30.0) -> Counters:
         """Wait until every datagram sent has been received and has an outcome."""
