@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 from pulsar_bruce.batch.compression import codec
+from pulsar_bruce.input.stream_session import API_KEY_FLUSH_REQUEST, encode_flush_request
 from pulsar_bruce.model.confirmation import Confirmation
 from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.model.vocabulary import KeyRouting
@@ -117,9 +118,18 @@ def run(seed: int) -> dict[str, Any]:
     stream = Confirmation(lambda: None)
     for index in range(3000):
         data = message(rng, index)
-        if rng.random() < 0.2:  # a stream record: confirmation tags, backpressure
+        if rng.random() < 0.1:  # a stream record: confirmation tags, backpressure
             taken = intake.admit(data, stream)
             trace["rejects"].append("taken" if taken else "backpressure")
+        elif rng.random() < 0.1:  # a run of stream records, maybe with a flush request
+            run = [data, *(message(rng, index) for _ in range(rng.randrange(5)))]
+            if rng.random() < 0.3:
+                run.insert(rng.randrange(len(run) + 1), encode_flush_request(index))
+            start = 0
+            while start < len(run):
+                stop = intake.admit_records(run, start, stream, API_KEY_FLUSH_REQUEST)
+                trace["rejects"].append(f"records {start}..{stop} of {len(run)}")
+                start = stop + 1  # past the flush request (or the record refused for now)
         else:
             intake.admit(data)
         if index % 400 == 399:  # the broker acks everything sent so far

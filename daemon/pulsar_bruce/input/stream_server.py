@@ -16,7 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from pulsar_bruce.input.stream_session import FramingError, StreamSession
+from pulsar_bruce.input.stream_session import (
+    API_KEY_FLUSH_REQUEST,
+    FramingError,
+    StreamSession,
+)
 from pulsar_bruce.input.unix_sockets import open_unix_socket
 from pulsar_bruce.model.confirmation import Confirmation
 
@@ -34,7 +38,9 @@ class StreamIntake(Protocol):
     @property
     def max_message_bytes(self) -> int: ...
 
-    def admit(self, data: bytes, confirmation: Confirmation | None = None) -> bool: ...
+    def admit_records(
+        self, records: list[bytes], start: int, tag: Confirmation, stop_api_key: int, /
+    ) -> int: ...
 
 
 class StreamConnection(asyncio.Protocol):
@@ -79,18 +85,22 @@ class StreamConnection(asyncio.Protocol):
         if self._closed:
             return
         session = self.session
-        admit = self.intake.admit
-        is_flush_request = session.is_flush_request
+        admit_records = self.intake.admit_records
         full = False
         try:
             while not full and (records := session.complete_records()):
-                for record in records:
-                    if is_flush_request(record):
-                        session.flush_request(record)
-                    elif not admit(record, session.current):
+                done = 0
+                while done < len(records):
+                    stop = admit_records(records, done, session.current, API_KEY_FLUSH_REQUEST)
+                    session.consume_run(records, done, stop)
+                    if stop == len(records):
+                        break
+                    if not session.is_flush_request(records[stop]):
                         full = True  # no memory: offered again after a pause
                         break
-                    session.consume(record)
+                    session.flush_request(records[stop])
+                    session.consume(records[stop])
+                    done = stop + 1
             if full:
                 self._pause()
             else:

@@ -108,6 +108,10 @@ class StreamSession:
     def consume(self, record: bytes) -> None:
         self._offset += len(record)
 
+    def consume_run(self, records: list[bytes], start: int, stop: int) -> None:
+        """``consume`` each of ``records[start:stop]``."""
+        self._offset += sum(map(len, records[start:stop]))
+
     @property
     def buffered_bytes(self) -> int:
         return len(self._buffer) - self._offset

@@ -373,6 +373,47 @@ static PyObject *admitter_admit(Admitter *self, PyObject *const *args, Py_ssize_
     return PyObject_Vectorcall(self->slow, args, (size_t)nargs, NULL);
 }
 
+/* admit_records(records, start, tag, stop_api_key) -> the index of the first record not
+ * admitted: one whose ApiKey is ``stop_api_key`` (the stream's flush request), one the
+ * intake refused for backpressure, or len(records).  Intake.admit_records_py's contract. */
+static PyObject *admitter_admit_records(Admitter *self, PyObject *const *args,
+                                        Py_ssize_t nargs) {
+    if (nargs != 4 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "admit_records(records: list, start, tag, stop_api_key)");
+        return NULL;
+    }
+    PyObject *records = args[0], *tag = args[2];
+    Py_ssize_t index = PyLong_AsSsize_t(args[1]);
+    long stop_key = PyLong_AsLong(args[3]);
+    if (PyErr_Occurred()) return NULL;
+    if (index < 0) index = 0;
+    for (; index < PyList_GET_SIZE(records); index++) {
+        PyObject *record = PyList_GET_ITEM(records, index);
+        Py_INCREF(record);  /* admit_py may run any Python code */
+        if (PyBytes_Check(record) && PyBytes_GET_SIZE(record) >= 6 &&
+            rd_i16((const unsigned char *)PyBytes_AS_STRING(record) + 4) == stop_key) {
+            Py_DECREF(record);
+            break;
+        }
+        int outcome = fast_admit(self, record, tag);
+        if (outcome != 0) {
+            Py_DECREF(record);
+            if (outcome < 0) return NULL;
+            self->admitted_here++;
+            continue;
+        }
+        PyObject *call[2] = {record, tag};
+        PyObject *taken = PyObject_Vectorcall(self->slow, call, 2, NULL);
+        Py_DECREF(record);
+        if (!taken) return NULL;
+        int truth = PyObject_IsTrue(taken);
+        Py_DECREF(taken);
+        if (truth < 0) return NULL;
+        if (!truth) break;  /* backpressure */
+    }
+    return PyLong_FromSsize_t(index);
+}
+
 static int admitter_init(Admitter *self, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"intake", "slow", "by_bytes", "ledger", "policy", "events",
                             "encode_key_field", "entry_overhead", NULL};
@@ -421,6 +462,8 @@ static void admitter_dealloc(Admitter *self) {
 static PyMethodDef admitter_methods[] = {
     {"admit", (PyCFunction)(void (*)(void))admitter_admit, METH_FASTCALL,
      "admit(data, tag=None) -> bool, as Intake.admit"},
+    {"admit_records", (PyCFunction)(void (*)(void))admitter_admit_records, METH_FASTCALL,
+     "admit_records(records, start, tag, stop_api_key) -> index of the first not admitted"},
     {NULL},
 };
 

@@ -43,6 +43,14 @@ class Admit(Protocol):
     def __call__(self, data: bytes, tag: Confirmation | None = None, /) -> bool: ...
 
 
+class AdmitRecords(Protocol):
+    """:meth:`Intake.admit_records_py`'s signature."""
+
+    def __call__(
+        self, records: list[bytes], start: int, tag: Confirmation, stop_api_key: int, /
+    ) -> int: ...
+
+
 class Intake:
     """Admits messages into their partitions' batches; replays spooled ones."""
 
@@ -68,11 +76,14 @@ class Intake:
         self.max_message_bytes = max_message_bytes
         #: Admit one message (see :meth:`admit_py`): the compiled admitter where it is built.
         self.admit: Admit = self.admit_py
+        #: Admit a run of stream records (see :meth:`admit_records_py`), compiled likewise.
+        self.admit_records: AdmitRecords = self.admit_records_py
         if compiled is not None:
-            self.admit = compiled.Admitter(
+            admitter = compiled.Admitter(
                 self, self.admit_py, topics.by_bytes, ledger, policy, appender.events,
                 encode_key_field, ENTRY_OVERHEAD,
-            ).admit  # fmt: skip
+            )  # fmt: skip
+            self.admit, self.admit_records = admitter.admit, admitter.admit_records
 
     # -- the hot path -------------------------------------------------------------
 
@@ -127,6 +138,12 @@ class Intake:
         if budget is not None:
             topic.rate_budget = budget - 1
         return True
+
+    def admit_records_py(
+        self, records: list[bytes], start: int, tag: Confirmation, stop_api_key: int, /
+    ) -> int:
+        """Admit ``records[start:]``, each tagged ``tag`` (see :func:`admit_each`)."""
+        return admit_each(self.admit_py, records, start, tag, stop_api_key)
 
     def _reject(
         self,
@@ -200,3 +217,18 @@ class Intake:
             self.appender.queue_sealed(topic, spooled.partition, batch)
         else:
             topic.unrouted_batches.append((spooled.partition, batch))
+
+
+def admit_each(
+    admit: Admit, records: list[bytes], start: int, tag: Confirmation, stop_api_key: int
+) -> int:
+    """Admit ``records[start:]`` in order until one whose ApiKey is ``stop_api_key`` (the
+    stream's flush request, which the stream edge answers) or one refused for
+    backpressure; returns its index, or ``len(records)`` when all were admitted."""
+    for index in range(start, len(records)):
+        record = records[index]
+        if len(record) >= 6 and int.from_bytes(record[4:6], signed=True) == stop_api_key:
+            return index
+        if not admit(record, tag):
+            return index
+    return len(records)

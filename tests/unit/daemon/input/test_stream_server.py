@@ -12,6 +12,7 @@ from pathlib import Path
 from pulsar_bruce import reasons
 from pulsar_bruce.input.stream_server import StreamConnection, StreamServer
 from pulsar_bruce.model.confirmation import Confirmation
+from pulsar_bruce.route.intake import admit_each
 from to_pulsar.encoding import encode_any_partition
 from to_pulsar.protocol import FlushResult, decode_flush_response, encode_flush_request
 
@@ -45,6 +46,11 @@ class FakeIntake:
             confirmation.outstanding += 1
         self.admitted.append((data, confirmation))
         return True
+
+    def admit_records(
+        self, records: list[bytes], start: int, tag: Confirmation, stop_api_key: int, /
+    ) -> int:
+        return admit_each(self.admit, records, start, tag, stop_api_key)
 
     @property
     def values(self) -> list[bytes]:
