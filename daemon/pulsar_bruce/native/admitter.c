@@ -32,6 +32,19 @@ static int get_ll(PyObject *obj, PyObject *name, long long *out) {
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
+/* A limit (Python int, unbounded: the configuration accepts any size): beyond the
+ * range of long long it saturates, which compares the same against sizes and sums
+ * that stay far below it. */
+static int get_limit(PyObject *obj, PyObject *name, long long *out) {
+    PyObject *value = PyObject_GetAttr(obj, name);
+    if (!value) return -1;
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(value, &overflow);
+    Py_DECREF(value);
+    if (overflow) *out = overflow > 0 ? LLONG_MAX : LLONG_MIN;
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
 static int is_ready(PyObject *producer) {
     PyObject *ready = PyObject_GetAttr(producer, S_ready);
     if (!ready) return -1;
@@ -137,7 +150,7 @@ static int append(Admitter *self, PyObject *producer, Entries *batch, PyObject *
                   long long timestamp, const char *value, Py_ssize_t value_size,
                   long long charge, PyObject *tag) {
     long long max_batch_bytes;
-    if (get_ll(producer, S_max_batch_bytes, &max_batch_bytes) < 0) return -1;
+    if (get_limit(producer, S_max_batch_bytes, &max_batch_bytes) < 0) return -1;
     if (batch->count) {
         int seal = batch->charged + charge > max_batch_bytes;
         if (!seal) {
@@ -183,8 +196,8 @@ static int append(Admitter *self, PyObject *producer, Entries *batch, PyObject *
         Py_XDECREF(done);
     }
     long long max_messages = 0;
-    if (!failed && (get_ll(policy, S_max_messages, &max_messages) < 0 ||
-                    get_ll(producer, S_max_batch_bytes, &max_batch_bytes) < 0))
+    if (!failed && (get_limit(policy, S_max_messages, &max_messages) < 0 ||
+                    get_limit(producer, S_max_batch_bytes, &max_batch_bytes) < 0))
         failed = 1;
     Py_DECREF(policy);
     if (failed) return -1;
@@ -219,8 +232,10 @@ static PyObject *key_field_of(Admitter *self, const char *key, Py_ssize_t key_si
     PyObject *out = PyBytes_FromStringAndSize(NULL, fields_size + encoded_size);
     if (!out) { Py_XDECREF(encoded); return NULL; }
     unsigned char *write = (unsigned char *)PyBytes_AS_STRING(out);
-    memcpy(write, fields, fields_size);
-    write += fields_size;
+    if (fields_size) {  /* fields is NULL for Bruce's formats */
+        memcpy(write, fields, fields_size);
+        write += fields_size;
+    }
     if (encoded) {
         memcpy(write, PyBytes_AS_STRING(encoded), encoded_size);
         Py_DECREF(encoded);
@@ -238,7 +253,7 @@ static int fast_admit(Admitter *self, PyObject *data, PyObject *tag) {
     const char *p = PyBytes_AS_STRING(data);
     Py_ssize_t length = PyBytes_GET_SIZE(data);
     long long limit;
-    if (get_ll(self->intake, S_max_message_bytes, &limit) < 0) return -1;
+    if (get_limit(self->intake, S_max_message_bytes, &limit) < 0) return -1;
     if (length > limit) return 0;
     View view = {0};
     if (pb_parse_view((const unsigned char *)p, length, &view)) return 0;
@@ -281,13 +296,14 @@ static int fast_admit(Admitter *self, PyObject *data, PyObject *tag) {
     Py_INCREF(topic_bytes);
     Py_XSETREF(self->last_topic_bytes, topic_bytes);
     long long topic_limit, budget_left = 0;
-    if (get_ll(topic, S_max_message_bytes, &topic_limit) < 0) goto done;
+    if (get_limit(topic, S_max_message_bytes, &topic_limit) < 0) goto done;
     if (length > topic_limit) { outcome = 0; goto done; }
     if (!(budget = PyObject_GetAttr(topic, S_rate_budget))) goto done;
     if (budget != Py_None) {
-        budget_left = PyLong_AsLongLong(budget);
+        int overflow = 0;
+        budget_left = PyLong_AsLongLongAndOverflow(budget, &overflow);
         if (budget_left == -1 && PyErr_Occurred()) goto done;
-        if (budget_left <= 0) { outcome = 0; goto done; }
+        if (overflow || budget_left <= 0) { outcome = 0; goto done; }  /* admit_py decides */
     }
     long long partition_key = view.partition_key;
     if (key_size && partition_key < 0) {  /* key routing: hashed like a Java producer */
@@ -313,9 +329,10 @@ static int fast_admit(Admitter *self, PyObject *data, PyObject *tag) {
     Py_ssize_t value_size = length - view.value_start;
     long long charge = PyBytes_GET_SIZE(key_field) + value_size + self->entry_overhead;
     long long buffered, memory_limit;
-    if (get_ll(self->ledger, S_buffered_bytes, &buffered) < 0 ||
-        get_ll(self->policy, S_memory_limit, &memory_limit) < 0)
+    if (get_limit(self->ledger, S_buffered_bytes, &buffered) < 0 ||
+        get_limit(self->policy, S_memory_limit, &memory_limit) < 0)
         goto done;
+    if (buffered == LLONG_MAX || buffered == LLONG_MIN) { outcome = 0; goto done; }
     if (buffered + charge > memory_limit) { outcome = 0; goto done; }  /* spool or wait */
     if (!(producers = PyObject_GetAttr(topic, S_producers))) goto done;
     if (!PyList_Check(producers) || PyList_GET_SIZE(producers) == 0) { outcome = 0; goto done; }

@@ -41,6 +41,7 @@ typedef struct {
     int polling, held;                /* the thread waits in poll() holding ``held`` datagrams */
     int waiting;                      /* the thread waits for a free slab */
     int running, stopping, thread_errno;
+    int exited;                       /* the thread ended by itself (error, hang-up) */
     unsigned long long calls, datagrams;
     pthread_t thread;
     pthread_mutex_t lock;
@@ -71,7 +72,7 @@ static int receiver_publish(Receiver *self, Slab *slab, int count) {
 static int receiver_fill(Receiver *self, Slab *slab) {
     struct mmsghdr headers[PER_SLAB];
     struct iovec vectors[PER_SLAB];
-    int count = 0;
+    int count = 0, hangup = 0;
     while (count < PER_SLAB) {
         int room = PER_SLAB - count;
         for (int i = 0; i < room; i++) {
@@ -85,14 +86,15 @@ static int receiver_fill(Receiver *self, Slab *slab) {
         if (got > 0) {
             for (int i = 0; i < got; i++) slab->lengths[count + i] = headers[i].msg_len;
             count += got;
-            self->calls++;
+            __atomic_fetch_add(&self->calls, 1, __ATOMIC_RELAXED);  /* stats reads it */
             continue;
         }
         if (got < 0 && errno == EINTR) continue;
         if (!(got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) {
-            self->thread_errno = got < 0 ? errno : 0;  /* socket closed under us */
-            return count > 0 ? count : -1;
+            __atomic_store_n(&self->thread_errno, got < 0 ? errno : 0, __ATOMIC_RELAXED);
+            return count > 0 ? count : -1;  /* socket closed under us */
         }
+        if (hangup) return count > 0 ? count : -1;  /* shut down and empty: poll() would spin */
         pthread_mutex_lock(&self->lock);
         if (count > 0 && !self->notified) {  /* the loop is idle: publish now */
             pthread_mutex_unlock(&self->lock);
@@ -101,7 +103,7 @@ static int receiver_fill(Receiver *self, Slab *slab) {
         self->held = count;
         self->polling = 1;
         pthread_mutex_unlock(&self->lock);
-        struct pollfd fds[2] = {{self->sock_fd, POLLIN, 0}, {self->stop_fd, POLLIN, 0}};
+        struct pollfd fds[2] = {{self->sock_fd, POLLIN | POLLRDHUP, 0}, {self->stop_fd, POLLIN, 0}};
         int polled = poll(fds, 2, -1);
         int poll_errno = errno;
         pthread_mutex_lock(&self->lock);
@@ -112,10 +114,12 @@ static int receiver_fill(Receiver *self, Slab *slab) {
         pthread_mutex_unlock(&self->lock);
         if (taken) return 0;
         if (polled < 0 && poll_errno != EINTR) {
-            self->thread_errno = poll_errno;
+            __atomic_store_n(&self->thread_errno, poll_errno, __ATOMIC_RELAXED);
             return count > 0 ? count : -1;
         }
         if (fds[1].revents) return count > 0 ? count : -1;  /* stop asked */
+        if (polled > 0 && (fds[0].revents & (POLLRDHUP | POLLHUP)))
+            hangup = 1;  /* read what is queued, then end at the next EAGAIN */
     }
     return count;
 }
@@ -139,6 +143,9 @@ static void *receiver_main(void *arg) {
         pthread_mutex_unlock(&self->lock);
         if (wake) receiver_wake(self);
     }
+    pthread_mutex_lock(&self->lock);
+    self->exited = !self->stopping;
+    pthread_mutex_unlock(&self->lock);
     receiver_wake(self);  /* the loop sees the end (or the error) */
     return NULL;
 }
@@ -156,15 +163,30 @@ static void receiver_join(Receiver *self) {
     pthread_join(self->thread, NULL);
     Py_END_ALLOW_THREADS
     self->running = 0;
+    self->exited = 0;
+}
+
+static PyObject *receiver_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    Receiver *self = (Receiver *)type->tp_alloc(type, 0);
+    if (self) self->sock_fd = self->wake_fd = self->stop_fd = -1;  /* not fd 0 */
+    return (PyObject *)self;
 }
 
 static int receiver_init(Receiver *self, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"fd", "max_datagram_bytes", NULL};
     int fd;
     Py_ssize_t max_bytes;
+    if (self->slot_size) {
+        PyErr_SetString(PyExc_RuntimeError, "Receiver is initialised once");
+        return -1;
+    }
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "in", names, &fd, &max_bytes)) return -1;
     if (max_bytes < 0) { PyErr_SetString(PyExc_ValueError, "max_datagram_bytes < 0"); return -1; }
     long page = sysconf(_SC_PAGESIZE);
+    if ((size_t)max_bytes > SIZE_MAX / PER_SLAB - (size_t)page) {  /* slab_bytes would wrap */
+        PyErr_SetString(PyExc_OverflowError, "max_datagram_bytes too large");
+        return -1;
+    }
     /* One byte more than the limit, so an oversized datagram is seen as such. */
     self->slot_size = (((size_t)max_bytes + 1 + (size_t)page - 1) / (size_t)page) * (size_t)page;
     self->slab_bytes = self->slot_size * PER_SLAB;
@@ -199,6 +221,14 @@ static void receiver_dealloc(Receiver *self) {
 }
 
 static PyObject *receiver_start(Receiver *self, PyObject *unused) {
+    if (!self->slot_size) {
+        PyErr_SetString(PyExc_RuntimeError, "Receiver not initialised");
+        return NULL;
+    }
+    pthread_mutex_lock(&self->lock);
+    int exited = self->exited;
+    pthread_mutex_unlock(&self->lock);
+    if (exited) receiver_join(self);  /* it ended by itself: start a new one */
     if (self->running) Py_RETURN_NONE;
     self->stopping = 0;
     self->thread_errno = 0;
@@ -253,8 +283,16 @@ static PyObject *receiver_take(Receiver *self, PyObject *unused) {
 }
 
 static PyObject *receiver_get_wake_fd(Receiver *self, void *c) { return PyLong_FromLong(self->wake_fd); }
-static PyObject *receiver_get_running(Receiver *self, void *c) { return PyBool_FromLong(self->running); }
-static PyObject *receiver_get_error(Receiver *self, void *c) { return PyLong_FromLong(self->thread_errno); }
+static PyObject *receiver_get_running(Receiver *self, void *c) {
+    if (!self->running) Py_RETURN_FALSE;
+    pthread_mutex_lock(&self->lock);
+    int exited = self->exited;  /* ended by itself: the loop reads the socket instead */
+    pthread_mutex_unlock(&self->lock);
+    return PyBool_FromLong(!exited);
+}
+static PyObject *receiver_get_error(Receiver *self, void *c) {
+    return PyLong_FromLong(__atomic_load_n(&self->thread_errno, __ATOMIC_RELAXED));
+}
 static PyObject *receiver_get_stats(Receiver *self, void *c) {
     pthread_mutex_lock(&self->lock);
     unsigned long long calls = __atomic_load_n(&self->calls, __ATOMIC_RELAXED);
@@ -290,7 +328,7 @@ PyTypeObject pb_ReceiverType = {
     .tp_doc = "Receiver(fd, max_datagram_bytes): recvmmsg on a thread without the GIL.",
     .tp_basicsize = sizeof(Receiver),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_new = PyType_GenericNew,
+    .tp_new = receiver_new,
     .tp_init = (initproc)receiver_init,
     .tp_dealloc = (destructor)receiver_dealloc,
     .tp_methods = receiver_methods,
