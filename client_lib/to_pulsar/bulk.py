@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .core import encode_message
-from .encoding import _PK_HEAD_A, MAX_PARTITION_KEY, MIN_PARTITION_KEY, _packers, _plain_heads
+from .encoding import _PK_HEAD_A, MAX_PARTITION_KEY, MIN_PARTITION_KEY, _plain_heads
 from .errors import InvalidMessageError
 
 __all__ = ["NO_TOPIC", "Columns", "Encoded", "encode_columns"]
@@ -119,7 +119,10 @@ def _alike(columns: Columns, topic: str | None, now_ms: int) -> Encoded:
         return Encoded(b"", 0)
     if columns.properties is not None and any(columns.properties):
         raise _Unlike
-    topic_size, any_head, pk_tail = _plain_heads[_one_topic(columns.topics, topic)]
+    any_pack, any_size, any_head, pk_pack, pk_size, pk_tail = _plain_heads[
+        _one_topic(columns.topics, topic)
+    ]
+    topic_size = len(pk_tail) - 2
     values = _payloads(columns.values)
     keys = _present(columns.keys)
     keys = None if keys is None else _payloads(keys)
@@ -133,9 +136,9 @@ def _alike(columns: Columns, topic: str | None, now_ms: int) -> Encoded:
     if routing is not None:  # PartitionKey, or the daemon picks (AnyPartition)
         heads_from = [_repeat(_PK_HEAD_A), routing, _repeat(pk_tail)]
     if keys is None:  # Size, head, Timestamp, KeySize 0, ValueSize; the value
-        layout = _packers(topic_size)[routing is not None]
-        sizes = map(_add, value_sizes, _repeat(layout.size))
-        heads = map(layout.pack, sizes, *heads_from, stamps, _repeat(0), value_sizes)
+        pack, fixed = (any_pack, any_size) if routing is None else (pk_pack, pk_size)
+        sizes = map(_add, value_sizes, _repeat(fixed))
+        heads = map(pack, sizes, *heads_from, stamps, _repeat(0), value_sizes)
         return Encoded(_join(_interleave(rows, heads, values)), rows)
     # Size, head, Timestamp, KeySize; the key; ValueSize; the value
     layout = _keyed_layout(topic_size, routing is not None)

@@ -87,10 +87,12 @@ def encode_message(
 ) -> bytes:
     """One AnyPartition (no ``partition_key``) or PartitionKey message, or with
     ``properties`` a Message record; ``timestamp_ms`` None means now, 0 means no event time."""
+    if key is None and not properties and type(value) is bytes:  # the common case first
+        if timestamp_ms is None:
+            return encode_plain(topic, value, partition_key, _time_ns() // 1_000_000)
+        return encode_plain(topic, value, partition_key, timestamp_ms)
     if timestamp_ms is None:
         timestamp_ms = _time_ns() // 1_000_000
-    if key is None and not properties and type(value) is bytes:
-        return encode_plain(topic, value, partition_key, timestamp_ms)
     if properties:
         key = b"" if key is None else key
         return encode_message_record(topic, value, key, timestamp_ms, partition_key, properties)

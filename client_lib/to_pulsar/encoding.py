@@ -15,7 +15,7 @@ a single ``b"".join`` and defer all diagnostics to the (rare) failure path.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from .errors import InvalidMessageError
 
@@ -172,41 +172,45 @@ def encode_partition_key(
         raise _diagnose(exc, size, topic, timestamp_ms) from exc
 
 
-class _PlainHeads(dict[str | bytes, tuple[int, bytes, bytes]]):
-    """topic -> (fixed bytes, AnyPartition head, PartitionKey tail): built once per topic.
+#: What :data:`_plain_heads` holds per topic: for AnyPartition, the packer of Size, head,
+#: Timestamp, KeySize 0, ValueSize, its fixed size and the head (ApiKey ApiVersion Flags
+#: TopicSize Topic); the same three for PartitionKey, whose head is the part after the
+#: partition key (TopicSize Topic).
+PlainHead = tuple[Callable[..., bytes], int, bytes, Callable[..., bytes], int, bytes]
 
-    A message with no key and no properties is then one ``struct.pack`` and one
-    concatenation, half the cost of the general encoders. Bounded: cleared when full.
+
+class _PlainHeads(dict[str | bytes, PlainHead]):
+    """topic -> :data:`PlainHead`: built once per topic.
+
+    A message with no key and no properties is then one dict lookup, one
+    ``struct.pack`` and one concatenation. Bounded: cleared when full.
     """
 
-    def __missing__(self, topic: str | bytes) -> tuple[int, bytes, bytes]:
+    def __missing__(self, topic: str | bytes) -> PlainHead:
         raw_topic = topic.encode() if isinstance(topic, str) else topic
-        if not 0 < len(raw_topic) <= MAX_TOPIC_SIZE:
-            raise _bad_topic(len(raw_topic))
+        size = len(raw_topic)
+        if not 0 < size <= MAX_TOPIC_SIZE:
+            raise _bad_topic(size)
         if len(self) >= 1024:
             self.clear()
-        # AnyPartition: ApiKey ApiVersion Flags TopicSize Topic; PartitionKey: TopicSize Topic
-        any_head = struct.pack(">hhhh", API_KEY_ANY_PARTITION, API_VERSION, 0, len(raw_topic))
-        pk_tail = struct.pack(">h", len(raw_topic)) + raw_topic
-        entry = (len(raw_topic), any_head + raw_topic, pk_tail)
+        any_layout = struct.Struct(f">i{8 + size}sqii")
+        pk_layout = struct.Struct(f">i6sI{2 + size}sqii")
+        any_head = struct.pack(">hhhh", API_KEY_ANY_PARTITION, API_VERSION, 0, size) + raw_topic
+        pk_tail = struct.pack(">h", size) + raw_topic
+        entry = (
+            any_layout.pack,
+            any_layout.size,
+            any_head,
+            pk_layout.pack,
+            pk_layout.size,
+            pk_tail,
+        )
         self[topic] = entry
         return entry
 
 
 _plain_heads = _PlainHeads()
 _PK_HEAD_A = struct.pack(">hhh", API_KEY_PARTITION_KEY, API_VERSION, 0)
-_plain_packers: dict[int, tuple[struct.Struct, struct.Struct]] = {}
-
-
-def _packers(topic_size: int) -> tuple[struct.Struct, struct.Struct]:
-    """Size Head Timestamp KeySize=0 ValueSize, for both kinds, per topic length."""
-    packers = _plain_packers.get(topic_size)
-    if packers is None:
-        packers = _plain_packers[topic_size] = (
-            struct.Struct(f">i{8 + topic_size}sqii"),
-            struct.Struct(f">i6sI{2 + topic_size}sqii"),
-        )
-    return packers
 
 
 def encode_plain(
@@ -217,19 +221,15 @@ def encode_plain(
     ``value`` must be ``bytes``; anything unusual (a bad timestamp or partition key, a
     huge value) goes to the general encoder, which names the problem.
     """
-    topic_size, any_head, pk_tail = _plain_heads[topic]
-    any_struct, pk_struct = _packers(topic_size)
+    any_pack, any_size, any_head, pk_pack, pk_size, pk_tail = _plain_heads[topic]
     value_size = len(value)
     try:
         if partition_key is None:
-            return (
-                any_struct.pack(any_struct.size + value_size, any_head, timestamp_ms, 0, value_size)
-                + value
-            )
+            return any_pack(any_size + value_size, any_head, timestamp_ms, 0, value_size) + value
         if MIN_PARTITION_KEY <= partition_key <= MAX_PARTITION_KEY:
             return (
-                pk_struct.pack(
-                    pk_struct.size + value_size,
+                pk_pack(
+                    pk_size + value_size,
                     _PK_HEAD_A,
                     partition_key & 0xFFFF_FFFF,
                     pk_tail,
