@@ -160,7 +160,11 @@ class Server:
             await self.metrics_server.start()
         datagram_socket, stream_socket = self._open_input_sockets()
         self.reader = datagram_reader(
-            datagram_socket, self.intake.admit, self._after_drain, self.intake.max_message_bytes
+            datagram_socket,
+            self.intake.admit,
+            self._after_drain,
+            self.intake.max_message_bytes,
+            self.intake.admit_datagrams,
         )
         self.reader.start()
         stream_path = config.stream_socket_path

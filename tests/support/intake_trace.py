@@ -82,7 +82,9 @@ def message(rng: random.Random, index: int) -> bytes:
 
 def run(seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
-    trace: dict[str, Any] = {"rejects": [], "batches": [], "frames": [], "opened": 0}
+    trace: dict[str, Any] = {
+        "rejects": [], "batches": [], "frames": [], "opened": 0, "ledger_after_slabs": [],
+    }  # fmt: skip
     ledger = Ledger()
     registry = TopicRegistry(lambda topic: None)
     outcomes = Outcomes(ledger)
@@ -130,6 +132,11 @@ def run(seed: int) -> dict[str, Any]:
                 stop = intake.admit_records(run, start, stream, API_KEY_FLUSH_REQUEST)
                 trace["rejects"].append(f"records {start}..{stop} of {len(run)}")
                 start = stop + 1  # past the flush request (or the record refused for now)
+        elif rng.random() < 0.1:  # a slab from the receive thread: one call for all
+            intake.admit_datagrams([data, *(message(rng, index) for _ in range(rng.randrange(64)))])
+            trace["ledger_after_slabs"].append(
+                (ledger.received, ledger.buffered_messages, ledger.buffered_bytes)
+            )  # the compiled intake tells the ledger once per call: by its end
         else:
             intake.admit(data)
         if index % 400 == 399:  # the broker acks everything sent so far

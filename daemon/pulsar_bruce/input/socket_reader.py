@@ -4,7 +4,8 @@ Two readers, one behaviour: :class:`DatagramReader` (pure Python) does one
 ``recv_into`` per datagram on the event loop; :class:`ThreadedDatagramReader`
 (the compiled intake) reads with ``recvmmsg`` on its own thread, without the GIL,
 and the loop takes whole slabs of datagrams.  Either way each datagram is one
-``bytes`` and one call into the intake, in the order the socket gave them.
+``bytes`` and reaches the intake in the order the socket gave them: one call each
+from the Python reader, one call per slab (``admit_run``) from the threaded one.
 """
 
 from __future__ import annotations
@@ -107,8 +108,12 @@ class ThreadedDatagramReader(DatagramReader):
     after the slabs the thread left.
     """
 
+    #: Admits a slab's datagrams in order, in one call (``Intake.admit_datagrams``).
+    admit_run: Callable[[list[bytes]], object]
+
     def _open(self, max_datagram_bytes: int) -> None:
         assert compiled is not None
+        self.admit_run = self._admit_each
         self._receiver = compiled.Receiver(self.sock.fileno(), max_datagram_bytes)
         #: Taken from a slab but not handled yet (a drain stopped at its cap).
         self._taken: list[bytes] = []
@@ -125,18 +130,23 @@ class ThreadedDatagramReader(DatagramReader):
             self._loop = None
         self._receiver.stop()
 
+    def _admit_each(self, datagrams: list[bytes]) -> None:
+        for data in datagrams:
+            self._handle(data)
+
     def drain(self) -> int:
         """Handle what the thread has read (then, if it is stopped, the socket's queue)."""
-        handle = self._handle
         count = 0
         while count < _MAX_PER_WAKEUP:
             taken = self._taken or self._receiver.take()
             if not taken:
                 break
             room = _MAX_PER_WAKEUP - count
-            taken, self._taken = taken[:room], taken[room:]
-            for data in taken:
-                handle(data)
+            if len(taken) > room:
+                taken, self._taken = taken[:room], taken[room:]
+            else:
+                self._taken = []
+            self.admit_run(taken)
             count += len(taken)
         if not self._receiver.running and count < _MAX_PER_WAKEUP:
             count += self._drain_socket(_MAX_PER_WAKEUP - count)
@@ -149,6 +159,7 @@ def datagram_reader(
     handle: Callable[[bytes], object],
     after_drain: Callable[[], None],
     max_datagram_bytes: int,
+    admit_run: Callable[[list[bytes]], object] | None = None,
 ) -> DatagramReader:
     """The compiled intake's threaded reader where it is built, else the Python one.
 
@@ -161,7 +172,10 @@ def datagram_reader(
     else:
         log.info("intake: compiled (recvmmsg on its own thread)")
         try:
-            return ThreadedDatagramReader(sock, handle, after_drain, max_datagram_bytes)
+            reader = ThreadedDatagramReader(sock, handle, after_drain, max_datagram_bytes)
+            if admit_run is not None:
+                reader.admit_run = admit_run
+            return reader
         except OSError as error:  # no address space for the slabs (strict overcommit)
             log.warning("receive thread unavailable (%s): reading on the event loop", error)
     return DatagramReader(sock, handle, after_drain, max_datagram_bytes)

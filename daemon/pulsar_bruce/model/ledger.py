@@ -81,6 +81,13 @@ class Ledger:
         self.buffered_messages += 1
         self.buffered_bytes += charge
 
+    def accept_many(self, count: int, charge: int) -> None:
+        """``count`` messages read and taken into memory, ``charge`` bytes in all (the
+        compiled intake tells its acceptances once per call, not once per message)."""
+        self.received += count
+        self.buffered_messages += count
+        self.buffered_bytes += charge
+
     def spill(self) -> None:
         """A message read and written to the disk spool instead of memory."""
         self.received += 1

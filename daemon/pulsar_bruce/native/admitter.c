@@ -16,12 +16,27 @@ static PyObject *S_max_message_bytes, *S_rate_budget, *S_key_hash, *S_buffered_b
     *S_key_field, *S_tags, *S_policy, *S_max_messages, *S_key_based, *S_outstanding, *S_seal,
     *S_batch_sealed, *S_batch_opened, *S_tag_last, *S_tag, *S_count;
 
+/* Within one admit() or admit_records() call, Python code runs only at the call-outs
+ * (admit_py, a batch sealed or opened, a tag run, a key hasher or encoder), and each is
+ * preceded by settle(); between them the limits the Python objects hold stay put, so
+ * they are read once (``cached``) instead of once per message, and the messages
+ * accepted meanwhile are told to the ledger in one Ledger.accept_many call.  (A garbage
+ * collection an allocation triggers frees only unreachable objects, never these.) */
 typedef struct {
     PyObject_HEAD
-    PyObject *intake, *slow, *by_bytes, *ledger, *accept, *policy, *events, *encode_key_field;
+    PyObject *intake, *slow, *by_bytes, *ledger, *accept_many, *policy, *events,
+        *encode_key_field;
     long long entry_overhead;
     PyObject *last_topic_bytes;  /* the last topic's bytes: a key of by_bytes */
     unsigned long long admitted_here;  /* taken without admit_py (for tests and profiles) */
+    int cached;                  /* the three below are current */
+    long long intake_limit, memory_limit, buffered;
+    PyObject *limit_topic;       /* whose topic_limit is cached (identity only, no reference) */
+    long long topic_limit;
+    PyObject *limits_producer;   /* whose limits are cached (identity only, no reference) */
+    long long max_batch_bytes, max_messages;
+    int key_based;
+    long long pending_count, pending_charge;  /* accepted, not yet told to the ledger */
 } Admitter;
 
 static int get_ll(PyObject *obj, PyObject *name, long long *out) {
@@ -43,6 +58,65 @@ static int get_limit(PyObject *obj, PyObject *name, long long *out) {
     Py_DECREF(value);
     if (overflow) *out = overflow > 0 ? LLONG_MAX : LLONG_MIN;
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* Before any Python code runs: the ledger gets the pending acceptances, the cache goes. */
+static int settle(Admitter *self) {
+    self->cached = 0;
+    self->limit_topic = self->limits_producer = NULL;
+    if (!self->pending_count) return 0;
+    long long count = self->pending_count, charge = self->pending_charge;
+    self->pending_count = self->pending_charge = 0;
+    PyObject *done = PyObject_CallFunction(self->accept_many, "LL", count, charge);
+    Py_XDECREF(done);
+    return done ? 0 : -1;
+}
+
+/* The end of a call: settle, keeping an exception already raised. */
+static int finish(Admitter *self) {
+    if (!PyErr_Occurred()) return settle(self);
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    if (settle(self) < 0) PyErr_Clear();
+    PyErr_Restore(type, value, traceback);
+    return -1;
+}
+
+static int load_limits(Admitter *self) {
+    if (self->cached) return 0;
+    if (get_limit(self->intake, S_max_message_bytes, &self->intake_limit) < 0 ||
+        get_limit(self->policy, S_memory_limit, &self->memory_limit) < 0 ||
+        get_limit(self->ledger, S_buffered_bytes, &self->buffered) < 0)
+        return -1;
+    self->cached = 1;
+    return 0;
+}
+
+static int load_topic_limit(Admitter *self, PyObject *topic) {
+    if (topic == self->limit_topic) return 0;
+    self->limit_topic = NULL;
+    if (get_limit(topic, S_max_message_bytes, &self->topic_limit) < 0) return -1;
+    self->limit_topic = topic;
+    return 0;
+}
+
+/* The producer's max_batch_bytes, and its policy's max_messages and key_based. */
+static int load_producer_limits(Admitter *self, PyObject *producer) {
+    if (producer == self->limits_producer) return 0;
+    self->limits_producer = NULL;
+    if (get_limit(producer, S_max_batch_bytes, &self->max_batch_bytes) < 0) return -1;
+    PyObject *policy = PyObject_GetAttr(producer, S_policy);
+    if (!policy) return -1;
+    PyObject *key_based = NULL;
+    int failed = get_limit(policy, S_max_messages, &self->max_messages) < 0 ||
+                 !(key_based = PyObject_GetAttr(policy, S_key_based));
+    Py_DECREF(policy);
+    int truth = failed ? -1 : PyObject_IsTrue(key_based);
+    Py_XDECREF(key_based);
+    if (truth < 0) return -1;
+    self->key_based = truth;
+    self->limits_producer = producer;
+    return 0;
 }
 
 static int is_ready(PyObject *producer) {
@@ -117,6 +191,7 @@ static PyObject *choose(PyObject *topic, PyObject *producers, long long partitio
 }
 
 static int seal_and_report(Admitter *self, PyObject *producer) {
+    if (settle(self) < 0) return -1;
     PyObject *sealed = PyObject_CallMethodNoArgs(producer, S_seal);
     if (!sealed) return -1;
     Py_DECREF(sealed);
@@ -149,10 +224,9 @@ static int add_to_last_run(PyObject *tags, PyObject *tag, int *pending) {
 static int append(Admitter *self, PyObject *producer, Entries *batch, PyObject *key_field,
                   long long timestamp, const char *value, Py_ssize_t value_size,
                   long long charge, PyObject *tag) {
-    long long max_batch_bytes;
-    if (get_limit(producer, S_max_batch_bytes, &max_batch_bytes) < 0) return -1;
+    if (load_producer_limits(self, producer) < 0) return -1;
     if (batch->count) {
-        int seal = batch->charged + charge > max_batch_bytes;
+        int seal = batch->charged + charge > self->max_batch_bytes;
         if (!seal) {
             PyObject *batch_key = PyObject_GetAttr((PyObject *)batch, S_key_field);
             if (!batch_key) return -1;
@@ -177,31 +251,22 @@ static int append(Admitter *self, PyObject *producer, Entries *batch, PyObject *
     }
     Py_DECREF(tags);
     if (tagged) {  /* a new run, or the first tags of the batch: BatchBuilder.tag_last */
+        if (settle(self) < 0) return -1;
         PyObject *done = PyObject_CallMethodOneArg((PyObject *)batch, S_tag_last, tag);
         if (!done) return -1;
         Py_DECREF(done);
     }
-    PyObject *policy = PyObject_GetAttr(producer, S_policy);
-    if (!policy) return -1;
-    int failed = 0;
     if (batch->count == 1) {
-        PyObject *key_based = PyObject_GetAttr(policy, S_key_based);
-        int truth = key_based ? PyObject_IsTrue(key_based) : -1;
-        Py_XDECREF(key_based);
-        if (truth < 0 || (truth && PyObject_SetAttr((PyObject *)batch, S_key_field, key_field) < 0))
-            failed = 1;
-        PyObject *done = failed ? NULL
-                                : PyObject_CallMethodOneArg(self->events, S_batch_opened, producer);
-        if (!done) failed = 1;
-        Py_XDECREF(done);
+        if (load_producer_limits(self, producer) < 0) return -1;
+        if (self->key_based && PyObject_SetAttr((PyObject *)batch, S_key_field, key_field) < 0)
+            return -1;
+        if (settle(self) < 0) return -1;
+        PyObject *done = PyObject_CallMethodOneArg(self->events, S_batch_opened, producer);
+        if (!done) return -1;
+        Py_DECREF(done);
     }
-    long long max_messages = 0;
-    if (!failed && (get_limit(policy, S_max_messages, &max_messages) < 0 ||
-                    get_limit(producer, S_max_batch_bytes, &max_batch_bytes) < 0))
-        failed = 1;
-    Py_DECREF(policy);
-    if (failed) return -1;
-    if (batch->count >= max_messages || batch->charged >= max_batch_bytes)
+    if (load_producer_limits(self, producer) < 0) return -1;
+    if (batch->count >= self->max_messages || batch->charged >= self->max_batch_bytes)
         return seal_and_report(self, producer);
     return 0;
 }
@@ -219,7 +284,7 @@ static PyObject *key_field_of(Admitter *self, const char *key, Py_ssize_t key_si
         PyObject *owned = key_object ? (Py_INCREF(key_object), key_object)
                                      : PyBytes_FromStringAndSize(key, key_size);
         if (!owned) return NULL;
-        encoded = PyObject_CallOneArg(self->encode_key_field, owned);
+        encoded = settle(self) < 0 ? NULL : PyObject_CallOneArg(self->encode_key_field, owned);
         Py_DECREF(owned);
         if (!encoded) return NULL;
         if (!PyBytes_Check(encoded)) {
@@ -252,9 +317,8 @@ static int fast_admit(Admitter *self, PyObject *data, PyObject *tag) {
     if (!PyBytes_CheckExact(data)) return 0;
     const char *p = PyBytes_AS_STRING(data);
     Py_ssize_t length = PyBytes_GET_SIZE(data);
-    long long limit;
-    if (get_limit(self->intake, S_max_message_bytes, &limit) < 0) return -1;
-    if (length > limit) return 0;
+    if (load_limits(self) < 0) return -1;
+    if (length > self->intake_limit) return 0;
     View view = {0};
     if (pb_parse_view((const unsigned char *)p, length, &view)) return 0;
     PyObject *record = NULL, *topic_bytes = NULL, *topic = NULL, *budget = NULL,
@@ -295,9 +359,9 @@ static int fast_admit(Admitter *self, PyObject *data, PyObject *tag) {
     Py_INCREF(topic);
     Py_INCREF(topic_bytes);
     Py_XSETREF(self->last_topic_bytes, topic_bytes);
-    long long topic_limit, budget_left = 0;
-    if (get_limit(topic, S_max_message_bytes, &topic_limit) < 0) goto done;
-    if (length > topic_limit) { outcome = 0; goto done; }
+    long long budget_left = 0;
+    if (load_topic_limit(self, topic) < 0) goto done;
+    if (length > self->topic_limit) { outcome = 0; goto done; }
     if (!(budget = PyObject_GetAttr(topic, S_rate_budget))) goto done;
     if (budget != Py_None) {
         int overflow = 0;
@@ -312,7 +376,7 @@ static int fast_admit(Admitter *self, PyObject *data, PyObject *tag) {
         if (key_hash != Py_None) {
             PyObject *owned = key_object ? (Py_INCREF(key_object), key_object)
                                          : PyBytes_FromStringAndSize(key, key_size);
-            hashed = owned ? PyObject_CallOneArg(key_hash, owned) : NULL;
+            hashed = owned && settle(self) == 0 ? PyObject_CallOneArg(key_hash, owned) : NULL;
             Py_XDECREF(owned);
         }
         Py_DECREF(key_hash);
@@ -328,22 +392,20 @@ static int fast_admit(Admitter *self, PyObject *data, PyObject *tag) {
     if (!(key_field = key_field_of(self, key, key_size, key_object, fields, fields_size))) goto done;
     Py_ssize_t value_size = length - view.value_start;
     long long charge = PyBytes_GET_SIZE(key_field) + value_size + self->entry_overhead;
-    long long buffered, memory_limit;
-    if (get_limit(self->ledger, S_buffered_bytes, &buffered) < 0 ||
-        get_limit(self->policy, S_memory_limit, &memory_limit) < 0)
-        goto done;
+    if (load_limits(self) < 0) goto done;  /* again: a call-out above may have settled */
+    long long buffered = self->buffered;
     if (buffered == LLONG_MAX || buffered == LLONG_MIN) { outcome = 0; goto done; }
-    if (buffered + charge > memory_limit) { outcome = 0; goto done; }  /* spool or wait */
+    if (buffered + self->pending_charge + charge > self->memory_limit) {
+        outcome = 0;  /* spool or wait: admit_py decides */
+        goto done;
+    }
     if (!(producers = PyObject_GetAttr(topic, S_producers))) goto done;
     if (!PyList_Check(producers) || PyList_GET_SIZE(producers) == 0) { outcome = 0; goto done; }
     /* Decided: from here on it is admitted here (choose() only moves the round-robin). */
     if (!(producer = choose(topic, producers, partition_key))) goto done;
     if (!(batch = batch_of(producer))) goto done;
-    PyObject *charge_object = PyLong_FromLongLong(charge);
-    PyObject *accepted = charge_object ? PyObject_CallOneArg(self->accept, charge_object) : NULL;
-    Py_XDECREF(charge_object);
-    if (!accepted) goto done;
-    Py_DECREF(accepted);
+    self->pending_count++;  /* Ledger.accept(charge), told at the next settle() */
+    self->pending_charge += charge;
     if (tag != Py_None) {
         long long outstanding;
         if (get_ll(tag, S_outstanding, &outstanding) < 0) goto done;
@@ -382,6 +444,7 @@ static PyObject *admitter_admit(Admitter *self, PyObject *const *args, Py_ssize_
         return NULL;
     }
     int outcome = fast_admit(self, args[0], nargs == 2 ? args[1] : Py_None);
+    if (finish(self) < 0) return NULL;
     if (outcome < 0) return NULL;
     if (outcome) {
         self->admitted_here++;
@@ -415,10 +478,11 @@ static PyObject *admitter_admit_records(Admitter *self, PyObject *const *args,
         int outcome = fast_admit(self, record, tag);
         if (outcome != 0) {
             Py_DECREF(record);
-            if (outcome < 0) return NULL;
+            if (outcome < 0) { finish(self); return NULL; }
             self->admitted_here++;
             continue;
         }
+        if (settle(self) < 0) { Py_DECREF(record); return NULL; }
         PyObject *call[2] = {record, tag};
         PyObject *taken = PyObject_Vectorcall(self->slow, call, 2, NULL);
         Py_DECREF(record);
@@ -428,6 +492,7 @@ static PyObject *admitter_admit_records(Admitter *self, PyObject *const *args,
         if (truth < 0) return NULL;
         if (!truth) break;  /* backpressure */
     }
+    if (finish(self) < 0) return NULL;
     return PyLong_FromSsize_t(index);
 }
 
@@ -440,15 +505,16 @@ static int admitter_init(Admitter *self, PyObject *args, PyObject *kwargs) {
                                      &PyDict_Type, &by_bytes, &ledger, &policy, &events, &encode,
                                      &overhead))
         return -1;
-    PyObject *accept = PyObject_GetAttrString(ledger, "accept");
-    if (!accept) return -1;
+    PyObject *accept_many = PyObject_GetAttrString(ledger, "accept_many");
+    if (!accept_many) return -1;
+    if (settle(self) < 0) { Py_DECREF(accept_many); return -1; }  /* re-initialised */
     Py_INCREF(intake); Py_INCREF(slow); Py_INCREF(by_bytes); Py_INCREF(ledger);
     Py_INCREF(policy); Py_INCREF(events); Py_INCREF(encode);
     Py_XSETREF(self->intake, intake);
     Py_XSETREF(self->slow, slow);
     Py_XSETREF(self->by_bytes, by_bytes);
     Py_XSETREF(self->ledger, ledger);
-    Py_XSETREF(self->accept, accept);
+    Py_XSETREF(self->accept_many, accept_many);
     Py_XSETREF(self->policy, policy);
     Py_XSETREF(self->events, events);
     Py_XSETREF(self->encode_key_field, encode);
@@ -458,14 +524,14 @@ static int admitter_init(Admitter *self, PyObject *args, PyObject *kwargs) {
 
 static int admitter_traverse(Admitter *self, visitproc visit, void *arg) {
     Py_VISIT(self->intake); Py_VISIT(self->slow); Py_VISIT(self->by_bytes);
-    Py_VISIT(self->ledger); Py_VISIT(self->accept); Py_VISIT(self->policy);
+    Py_VISIT(self->ledger); Py_VISIT(self->accept_many); Py_VISIT(self->policy);
     Py_VISIT(self->events); Py_VISIT(self->encode_key_field); Py_VISIT(self->last_topic_bytes);
     return 0;
 }
 
 static int admitter_clear(Admitter *self) {
     Py_CLEAR(self->intake); Py_CLEAR(self->slow); Py_CLEAR(self->by_bytes);
-    Py_CLEAR(self->ledger); Py_CLEAR(self->accept); Py_CLEAR(self->policy);
+    Py_CLEAR(self->ledger); Py_CLEAR(self->accept_many); Py_CLEAR(self->policy);
     Py_CLEAR(self->events); Py_CLEAR(self->encode_key_field); Py_CLEAR(self->last_topic_bytes);
     return 0;
 }

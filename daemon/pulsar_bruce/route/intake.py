@@ -47,8 +47,12 @@ class AdmitRecords(Protocol):
     """:meth:`Intake.admit_records_py`'s signature."""
 
     def __call__(
-        self, records: list[bytes], start: int, tag: Confirmation, stop_api_key: int, /
+        self, records: list[bytes], start: int, tag: Confirmation | None, stop_api_key: int, /
     ) -> int: ...
+
+
+#: A ``stop_api_key`` no record has (ApiKey is an int16): admit the whole run.
+NO_STOP = 1 << 16
 
 
 class Intake:
@@ -139,8 +143,13 @@ class Intake:
             topic.rate_budget = budget - 1
         return True
 
+    def admit_datagrams(self, datagrams: list[bytes]) -> None:
+        """Admit datagrams in order (a slab from the receive thread): one call into the
+        compiled intake for all of them, which reads the limits and tells the ledger once."""
+        self.admit_records(datagrams, 0, None, NO_STOP)  # a datagram is never refused: all
+
     def admit_records_py(
-        self, records: list[bytes], start: int, tag: Confirmation, stop_api_key: int, /
+        self, records: list[bytes], start: int, tag: Confirmation | None, stop_api_key: int, /
     ) -> int:
         """Admit ``records[start:]``, each tagged ``tag`` (see :func:`admit_each`)."""
         return admit_each(self.admit_py, records, start, tag, stop_api_key)
@@ -220,7 +229,7 @@ class Intake:
 
 
 def admit_each(
-    admit: Admit, records: list[bytes], start: int, tag: Confirmation, stop_api_key: int
+    admit: Admit, records: list[bytes], start: int, tag: Confirmation | None, stop_api_key: int
 ) -> int:
     """Admit ``records[start:]`` in order until one whose ApiKey is ``stop_api_key`` (the
     stream's flush request, which the stream edge answers) or one refused for
