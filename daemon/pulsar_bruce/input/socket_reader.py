@@ -23,6 +23,26 @@ log = logging.getLogger("pulsar_bruce.input")
 
 #: Datagrams handled per wake-up before yielding to timers and receipts.
 _MAX_PER_WAKEUP = 20_000
+#: The length of a new UNIX datagram socket's kernel queue (Linux).
+QLEN_PATH = "/proc/sys/net/unix/max_dgram_qlen"
+#: The receive thread naps (``NAP_US``, twice at most) for a fuller slab only where the
+#: kernel queue holds this many datagrams: with the default 10, senders would block.
+NAP_MIN_QLEN = 128
+NAP_US = 50
+
+
+def receive_nap_us(qlen: int | None) -> int:
+    """The receive thread's nap for a kernel queue of ``qlen`` datagrams (0: none)."""
+    return NAP_US if qlen is not None and qlen >= NAP_MIN_QLEN else 0
+
+
+def kernel_queue_length(path: str = QLEN_PATH) -> int | None:
+    """``net.unix.max_dgram_qlen`` now (the socket took it when it was created), or None."""
+    try:
+        with open(path) as file:
+            return int(file.read())
+    except (OSError, ValueError):
+        return None
 
 
 class DatagramReader:
@@ -114,7 +134,9 @@ class ThreadedDatagramReader(DatagramReader):
     def _open(self, max_datagram_bytes: int) -> None:
         assert compiled is not None
         self.admit_run = self._admit_each
-        self._receiver = compiled.Receiver(self.sock.fileno(), max_datagram_bytes)
+        self._receiver = compiled.Receiver(
+            self.sock.fileno(), max_datagram_bytes, nap_us=receive_nap_us(kernel_queue_length())
+        )
         #: Taken from a slab but not handled yet (a drain stopped at its cap).
         self._taken: list[bytes] = []
 

@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from pulsar_bruce.input import socket_reader
@@ -183,11 +184,27 @@ def test_a_socket_systemd_owns_is_drained_but_not_shut(
     assert receiver.fileno() == -1
 
 
+def test_the_receive_thread_naps_only_for_a_deep_kernel_queue(tmp_path: Path) -> None:
+    assert socket_reader.receive_nap_us(None) == 0
+    assert socket_reader.receive_nap_us(10) == 0  # the kernel's default: senders would block
+    assert socket_reader.receive_nap_us(512) == socket_reader.NAP_US > 0
+    qlen = tmp_path / "max_dgram_qlen"
+    qlen.write_text("512\n")
+    assert socket_reader.kernel_queue_length(str(qlen)) == 512
+    assert socket_reader.kernel_queue_length(str(tmp_path / "absent")) is None
+    if compiled is not None:
+        with pytest.raises(ValueError):
+            compiled.Receiver(0, 64, nap_us=-1)
+
+
+@pytest.mark.parametrize("qlen", [10, 512], ids=["no-naps", "naps"])
 def test_many_datagrams_sent_while_the_loop_drains_all_arrive_in_order(
-    pair: tuple[socket.socket, socket.socket],
+    pair: tuple[socket.socket, socket.socket], qlen: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """More datagrams than the thread's slabs hold (4 x 64), sent as fast as the
-    socket takes them: every one is handled, in the order sent."""
+    socket takes them: every one is handled, in the order sent (with the thread's
+    naps for a fuller slab too)."""
+    monkeypatch.setattr(socket_reader, "kernel_queue_length", lambda: qlen)
     sender, receiver = pair
     sender.setblocking(False)
     total = 3000
