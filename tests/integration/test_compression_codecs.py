@@ -7,6 +7,7 @@ official C++-based Python consumer decompresses them with ``uncompressed_size``.
 
 from __future__ import annotations
 
+import random
 import uuid
 
 import pytest
@@ -28,6 +29,25 @@ def test_codec_round_trips_through_the_official_consumer(
     with daemon.sender() as sender:
         for value in values:
             sender.send(topic, value, key=b"k")
+    counters = daemon.wait_settled(len(values))
+    assert counters.acked == len(values) and counters.identity_holds()
+    received = consume(broker.url, f"persistent://public/default/{topic}", len(values))
+    assert sorted(m.value for m in received) == sorted(values)
+
+
+def test_incompressible_batches_go_uncompressed_and_read_back_beside_compressed_ones(
+    broker: Broker, start_daemon
+) -> None:
+    """Random values do not shrink under LZ4: those batches go with compression NONE (it is
+    per message metadata), the compressible ones after them with LZ4; the consumer reads all."""
+    daemon = start_daemon(broker.url, "--compression", "lz4")
+    topic = f"codec-mixed-{uuid.uuid4().hex[:8]}"
+    noise = random.Random(7)
+    values = [noise.randbytes(2000) for _ in range(200)]
+    values += [f"compressible-{i}-".encode() * 100 for i in range(200)]
+    with daemon.sender() as sender:
+        for value in values:
+            sender.send(topic, value)
     counters = daemon.wait_settled(len(values))
     assert counters.acked == len(values) and counters.identity_holds()
     received = consume(broker.url, f"persistent://public/default/{topic}", len(values))

@@ -38,6 +38,10 @@ from pulsar_bruce.model.batch import SealedBatch
 #: Bytes a Send frame adds around the batch payload (command + metadata), generously.
 SEND_FRAME_OVERHEAD = 1024
 _U32 = struct.Struct(">I")
+#: A compressed batch is sent only when it is at least 1/8 smaller than the raw one.
+MIN_SAVING_DIVISOR = 8
+#: At most this many batches in a row go uncompressed untried (one try in 65 costs ~1.5 %).
+MAX_COMPRESS_SKIPS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +87,8 @@ class PartitionProducer:
     __slots__ = (
         "batch",
         "closing",
+        "compress_skips",
+        "compress_skips_left",
         "in_flight",
         "max_batch_bytes",
         "max_message_size",
@@ -115,6 +121,10 @@ class PartitionProducer:
         #: The policy's limit, lowered to what fits the broker's max message size.
         self.max_batch_bytes = policy.max_bytes
         self.max_message_size = DEFAULT_MAX_MESSAGE_SIZE
+        #: Batches to send uncompressed without trying, after ones the codec did not shrink.
+        self.compress_skips_left = 0
+        #: How many the next batch that does not shrink makes us skip (doubling to a bound).
+        self.compress_skips = 1
 
     # -- batching -------------------------------------------------------------
 
@@ -189,10 +199,10 @@ class PartitionProducer:
                 if batch.count == 1 and len(batch.payload) > limit:
                     framed = self._frame_single(batch, publish_time_ms, max_frame_size)
                 else:
-                    payload = self._compress(batch.payload)
+                    payload, compression = self._compress(batch.payload)
                     framed = len(payload) <= limit
                     if framed:
-                        self._frame(batch, payload, publish_time_ms)
+                        self._frame(batch, payload, compression, publish_time_ms)
                     elif batch.count > 1:
                         first, second = split_batch(batch)
                         pending[index] = first
@@ -218,24 +228,47 @@ class PartitionProducer:
         self.in_flight = len(pending)
         return out
 
-    def _compress(self, raw: bytes) -> bytes:
-        compressor = self.policy.compressor
-        return compressor(raw) if compressor is not None else raw
+    def _compress(self, raw: bytes) -> tuple[bytes, int]:
+        """``raw`` compressed with the policy's codec, and the wire type to say so; ``raw`` itself
+        (type NONE) when the codec saves less than an eighth of it.
 
-    def _frame(self, batch: SealedBatch, payload: bytes, publish_time_ms: int) -> None:
+        Compression is per message metadata on the wire, so a batch may go uncompressed on a
+        compressed topic (librdkafka sends a Kafka batch uncompressed when the codec grows it;
+        ZFS stores a block uncompressed unless it saves an eighth).  Payloads that do not
+        shrink (encrypted, already compressed, random) usually keep not shrinking: after such
+        a batch the next
+        ``compress_skips`` batches are sent without trying, and that number doubles up to
+        :data:`MAX_COMPRESS_SKIPS` while the tries keep failing; one that shrinks resets it.
+        """
+        compressor = self.policy.compressor
+        if compressor is None:
+            return raw, 0
+        if self.compress_skips_left:
+            self.compress_skips_left -= 1
+            return raw, 0
+        compressed = compressor(raw)
+        if len(compressed) <= len(raw) - len(raw) // MIN_SAVING_DIVISOR:
+            self.compress_skips = 1
+            return compressed, self.policy.compression
+        self.compress_skips_left = self.compress_skips
+        self.compress_skips = min(2 * self.compress_skips, MAX_COMPRESS_SKIPS)
+        return raw, 0
+
+    def _frame(
+        self, batch: SealedBatch, payload: bytes, compression: int, publish_time_ms: int
+    ) -> None:
         """Give ``batch`` its sequence ids (unless it kept its own) and its Send frame (kept as
         is for resends)."""
         if batch.sequence_id < 0:
             batch.sequence_id = self.next_sequence_id
         self.next_sequence_id = max(self.next_sequence_id, batch.highest_sequence_id + 1)
-        compressed = self.policy.compressor is not None
         metadata = commands.batch_metadata(
             producer_name=self.name or "",
             sequence_id=batch.sequence_id,
             highest_sequence_id=batch.highest_sequence_id,
             publish_time_ms=publish_time_ms,
             num_messages=batch.count,
-            compression=self.policy.compression if compressed else 0,
+            compression=compression,
             uncompressed_size=len(batch.payload),
             partition_key=batch.partition_key,
             partition_key_b64=batch.partition_key_b64,
@@ -257,16 +290,16 @@ class PartitionProducer:
         (size,) = _U32.unpack_from(raw)
         message = pb.SingleMessageMetadata.FromString(raw[4 : 4 + size])
         value = raw[4 + size :]
-        compressed = self.policy.compressor is not None
+        payload, compression = self._compress(value)
         frames = commands.single_message_sends(
             producer_id=self.producer_id,
             producer_name=self.name or "",
             sequence_id=batch.sequence_id if batch.sequence_id >= 0 else self.next_sequence_id,
             publish_time_ms=publish_time_ms,
-            compression=self.policy.compression if compressed else 0,
+            compression=compression,
             uncompressed_size=len(value),
             message=message,
-            payload=self._compress(value),
+            payload=payload,
             max_chunk_frame=max_frame_size - SEND_FRAME_OVERHEAD,
         )
         if not frames:

@@ -580,15 +580,20 @@ def test_a_chunked_message_keeps_its_entries_for_the_spool_and_the_discard_log()
     assert values_in(producer.pending[1].payload) == [b"x" * 10_000]
 
 
-def test_a_compressed_large_message_is_compressed_whole_before_it_is_cut() -> None:
+def zlib_chunks(value: bytes) -> list[Frame]:
+    """The chunk frames of ``value`` sent alone on a zlib topic whose broker takes 1 KiB."""
     compression, compressor = CODECS["zlib"]
     producer = make_producer(BatchPolicy(compression=compression, compressor=compressor))
-    value = bytes(random.Random(1).choices(b"ACGT", k=20_000))  # compressible, not to 1 KiB
     producer.batch.append(b"", 0, value, 0, 64)
     producer.seal()
     producer.on_registered("p-1", -1)
     out = producer.frames_to_send(PUBLISH_TIME, max_frame_size=1024 + SEND_FRAME_OVERHEAD)
-    frames = FrameDecoder().feed(out.frames[0])
+    return FrameDecoder().feed(out.frames[0])
+
+
+def test_a_compressed_large_message_is_compressed_whole_before_it_is_cut() -> None:
+    value = bytes(random.Random(1).choices(b"ACGT", k=20_000))  # compressible, not to 1 KiB
+    frames = zlib_chunks(value)
     metadata = frames[0].metadata
     assert metadata is not None and metadata.compression == pb.ZLIB
     assert metadata.uncompressed_size == len(value)
