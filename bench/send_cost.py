@@ -7,8 +7,9 @@ the system call) and not a daemon's. Reported: best of ``--repeat`` runs of
 (``time.process_time()``, so a busy machine or a full socket queue, which make the
 sender wait, change little).
 
-Rows: the encoding alone (``to_pulsar.core.encode_message``, no socket),
-``Sender.send`` (100 B, AnyPartition), ``Sender.send`` with a ``partition_key``,
+Rows: the encoding alone (``to_pulsar.core.encode_message``, no socket), a bare
+``socket.send`` of the encoded datagram (what any sender pays), ``Sender.send``
+(100 B, AnyPartition), ``Sender.send`` with a ``partition_key``,
 ``Sender.send_many`` (batches of 256 already built tuples), ``Sender.send_raw``
 (encoded once) and ``StreamSender``-style buffering (``StreamSender.send`` into a
 stream socket drained the same way; no daemon, so no ``flush()``).
@@ -96,6 +97,13 @@ def measure(n: int, repeat: int, size: int) -> dict[str, float]:
                     for _ in range(count):
                         send_raw(raw)
 
+                bare_send = sender._sock.send  # the floor: the system call alone
+
+                def bare(count: int) -> None:
+                    for _ in range(count):
+                        bare_send(raw)
+
+                results["socket.send (encoded, the floor)"] = _best(bare, n, repeat)
                 results["Sender.send"] = _best(plain, n, repeat)
                 results["Sender.send partition_key"] = _best(keyed, n, repeat)
                 results["Sender.send_raw"] = _best(pre_encoded, n, repeat)
