@@ -161,7 +161,16 @@ class StreamSender(SyncSend, StreamEndpoint):
                 self._write_out(deadline, self._timeout)
             state.append(record, count)
 
-    _submit = _append
+    def _submit(self, record: bytes, /) -> None:
+        """:meth:`send`'s path: while the buffer has room the record joins it right here,
+        two Python calls fewer per message than :meth:`_append`, which does the rest."""
+        with self._write_lock:
+            state = self._state
+            if self._closed is None and len(state.out) < self._chunk:
+                state.out += record
+                state.unconfirmed += 1
+                return
+        self._append(record)
 
     def _write_out(self, deadline: float | None, wait: float | None) -> None:
         """Write the whole buffer; on timeout the unwritten rest (even half a record) stays."""
