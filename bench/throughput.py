@@ -75,6 +75,7 @@ class SideRun:
     ok: bool
     client_cpu_us: float  # (a): official client process; (b): sender process
     broker_cpu_us: float
+    #: (b): the daemon; kernel ceiling: the receiving process (the daemon's floor).
     daemon_cpu_us: float | None = None
     scrapes: int | None = None
 
@@ -151,6 +152,7 @@ class Bench(BenchBase):
             ok=result["ok"],
             client_cpu_us=result["cpu_s"] / row.messages * 1e6,
             broker_cpu_us=0.0,
+            daemon_cpu_us=result["receiver_cpu_s"] / row.messages * 1e6,
         )
 
     # -- side (b): to_pulsar -> daemon --------------------------------------------------------
@@ -564,6 +566,16 @@ def print_report(results: dict[str, Any], rows: list[RowResult], args: argparse.
         ],
     )
     line("  ratio b/a per round", [" ".join(f"{x:.2f}" for x in r.ratios()) for r in rows])
+    line(
+        "kernel ceiling CPU, µs/msg: receiver sender",
+        [
+            f"{med(x.daemon_cpu_us or 0 for x in r.ceiling):.2f} "
+            f"{med(x.client_cpu_us for x in r.ceiling):.2f}"
+            if r.ceiling
+            else "-"
+            for r in rows
+        ],
+    )
     line("daemon CPU, µs/msg", [f"{med(x.daemon_cpu_us or 0 for x in r.daemon):.2f}" for r in rows])
     line("sender CPU, µs/msg", [f"{med(x.client_cpu_us for x in r.daemon):.2f}" for r in rows])
     line(

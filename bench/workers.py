@@ -260,7 +260,8 @@ def run_sender(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]:
 
 
 def run_ceiling(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]:
-    """Python send() into Python recv_into() on one UNIX datagram socket, no daemon."""
+    """Python send() into Python recv_into() on one UNIX datagram socket, no daemon; the CPU
+    of both ends (the receiver's is the floor of any daemon's receiving)."""
     import socket
     import tempfile
 
@@ -287,10 +288,17 @@ def run_ceiling(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]:
         for payload in itertools.islice(itertools.cycle(pool), n):
             send(payload)
         cpu1 = time.process_time()
-        _, status = os.waitpid(child, 0)
+        _, status, usage = os.wait4(child, 0)
         t_last = time.monotonic()
         sender.close()
-    return {"t0": t0, "t_last": t_last, "cpu_s": cpu1 - cpu0, "ok": status == 0}
+    return {
+        "t0": t0,
+        "t_last": t_last,
+        "cpu_s": cpu1 - cpu0,
+        # The receiving process's whole life: what any reader of these datagrams pays at least.
+        "receiver_cpu_s": usage.ru_utime + usage.ru_stime,
+        "ok": status == 0,
+    }
 
 
 # -- latency consumer -------------------------------------------------------------------------

@@ -35,6 +35,7 @@ def test_quick_bench_runs_and_loses_nothing(tmp_path: Path) -> None:
         expect=[
             "rate (a) official client, msg/s",
             "kernel ceiling, msg/s",
+            "kernel ceiling CPU, µs/msg: receiver sender",
             "rate (b) daemon, msg/s",
             "median ratio b/a",
             "no messages lost",
