@@ -73,7 +73,15 @@ def test_partition_key_lands_on_key_modulo_partitions(broker: Broker, start_daem
         assert message.partition == pk % 4, message
 
 
-def test_order_within_a_partition_is_preserved(broker: Broker, start_daemon) -> None:
+#: Where the compiled intake reads (the kernel queue's length picks one; both are run here).
+RECEIVE = pytest.mark.parametrize("receive", ["thread", "loop"], ids=lambda r: f"receive-{r}")
+
+
+@RECEIVE
+def test_order_within_a_partition_is_preserved(
+    broker: Broker, start_daemon, monkeypatch: pytest.MonkeyPatch, receive: str
+) -> None:
+    monkeypatch.setenv("PULSAR_BRUCE_RECEIVE", receive)
     daemon = start_daemon(broker.url, "--batch-max-messages", "7")
     topic = unique("order")
     daemon.warm_up(topic, 4)
@@ -141,7 +149,11 @@ def test_malformed_datagrams_are_counted_while_good_ones_flow(broker: Broker, st
     assert len(consume(broker.url, f"persistent://public/default/{topic}", 10)) == 10
 
 
-def test_accounting_identity_holds_during_a_stream(broker: Broker, start_daemon) -> None:
+@RECEIVE
+def test_accounting_identity_holds_during_a_stream(
+    broker: Broker, start_daemon, monkeypatch: pytest.MonkeyPatch, receive: str
+) -> None:
+    monkeypatch.setenv("PULSAR_BRUCE_RECEIVE", receive)
     daemon = start_daemon(broker.url)
     topic = unique("identity")
     stop = threading.Event()

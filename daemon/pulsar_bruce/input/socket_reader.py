@@ -2,10 +2,14 @@
 
 Two readers, one behaviour: :class:`DatagramReader` (pure Python) does one
 ``recv_into`` per datagram on the event loop; :class:`ThreadedDatagramReader`
-(the compiled intake) reads with ``recvmmsg`` on its own thread, without the GIL,
-and the loop takes whole slabs of datagrams.  Either way each datagram is one
-``bytes`` and reaches the intake in the order the socket gave them: one call each
-from the Python reader, one call per slab (``admit_run``) from the threaded one.
+(the compiled intake) reads slabs with ``recvmmsg``: on its own thread, without the
+GIL, where the kernel queue is deep (``max_dgram_qlen`` >= 128), and on the event
+loop where it is short (the default 10: a sender blocks after ten datagrams, so a
+second core buys nothing and the thread and the loop would wake each other every few
+datagrams; measured, the loop alone moved 20-30 % more for the same CPU).  Either
+way each datagram is one ``bytes`` and reaches the intake in the order the socket
+gave them: one call each from the Python reader, one call per slab (``admit_run``)
+from the compiled one.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import mmap
+import os
 import socket
 from collections.abc import Callable
 
@@ -31,9 +36,22 @@ NAP_MIN_QLEN = 128
 NAP_US = 50
 
 
+#: Where the compiled reader reads (``thread`` or ``loop``) instead of choosing by the
+#: kernel queue's length: for tests and measurements.
+RECEIVE_ENV = "PULSAR_BRUCE_RECEIVE"
+
+
 def receive_nap_us(qlen: int | None) -> int:
     """The receive thread's nap for a kernel queue of ``qlen`` datagrams (0: none)."""
     return NAP_US if qlen is not None and qlen >= NAP_MIN_QLEN else 0
+
+
+def receive_on_thread(qlen: int | None, forced: str | None = None) -> bool:
+    """Whether the compiled reader runs its receive thread for a kernel queue of ``qlen``
+    (``forced``: ``thread`` or ``loop``, from :data:`RECEIVE_ENV`)."""
+    if forced in ("thread", "loop"):
+        return forced == "thread"
+    return qlen is not None and qlen >= NAP_MIN_QLEN
 
 
 def kernel_queue_length(path: str = QLEN_PATH) -> int | None:
@@ -118,15 +136,19 @@ class DatagramReader:
 
 
 class ThreadedDatagramReader(DatagramReader):
-    """The compiled intake's reader: ``recvmmsg`` on a thread without the GIL.
+    """The compiled intake's reader: ``recvmmsg``, on a thread without the GIL or on the loop.
 
     The thread fills slabs of up to 64 datagrams and signals an eventfd; the loop
     takes slabs in order.  With every slab full and untaken the thread stops
     reading, so the kernel queue fills and senders block (or get EAGAIN), exactly
     as when a single-threaded daemon falls behind.  While the thread is stopped
-    (before ``start``, after ``stop``), :meth:`drain` reads the socket itself,
-    after the slabs the thread left.
+    (before ``start``, after ``stop``), or not used (``threaded`` False, a short
+    kernel queue), :meth:`drain` reads the socket itself on the loop, a slab per
+    ``recvmmsg``, after the slabs the thread left.
     """
+
+    #: Whether :meth:`start` starts the receive thread (else the loop watches the socket).
+    threaded: bool
 
     #: Admits a slab's datagrams in order, in one call (``Intake.admit_datagrams``).
     admit_run: Callable[[list[bytes]], object]
@@ -134,19 +156,27 @@ class ThreadedDatagramReader(DatagramReader):
     def _open(self, max_datagram_bytes: int) -> None:
         assert compiled is not None
         self.admit_run = self._admit_each
+        qlen = kernel_queue_length()
+        self.threaded = receive_on_thread(qlen, os.environ.get(RECEIVE_ENV))
         self._receiver = compiled.Receiver(
-            self.sock.fileno(), max_datagram_bytes, nap_us=receive_nap_us(kernel_queue_length())
+            self.sock.fileno(), max_datagram_bytes, nap_us=receive_nap_us(qlen)
         )
         #: Taken from a slab but not handled yet (a drain stopped at its cap).
         self._taken: list[bytes] = []
 
     def start(self) -> None:
+        if not self.threaded:
+            super().start()  # the loop watches the socket
+            return
         self._loop = asyncio.get_running_loop()
         self._receiver.start()
         self._loop.add_reader(self._receiver.wake_fd, self.drain)
 
     def stop(self) -> None:
         """Stop the thread (what it read stays to be taken) and the loop's watch."""
+        if not self.threaded:
+            super().stop()
+            return
         if self._loop is not None:
             self._loop.remove_reader(self._receiver.wake_fd)
             self._loop = None
@@ -160,7 +190,7 @@ class ThreadedDatagramReader(DatagramReader):
         """Handle what the thread has read (then, if it is stopped, the socket's queue)."""
         count = 0
         while count < _MAX_PER_WAKEUP:
-            taken = self._taken or self._receiver.take()
+            taken = self._taken or (self._receiver.take() if self.threaded else None)
             if not taken:
                 break
             room = _MAX_PER_WAKEUP - count
@@ -173,6 +203,20 @@ class ThreadedDatagramReader(DatagramReader):
         if not self._receiver.running and count < _MAX_PER_WAKEUP:
             count += self._drain_socket(_MAX_PER_WAKEUP - count)
         self._after_drain()
+        return count
+
+    def _drain_socket(self, limit: int) -> int:
+        """Read on the loop, a slab per ``recvmmsg``, until the socket is empty or ``limit``
+        are handled."""
+        read_now = self._receiver.read_now
+        admit_run = self.admit_run
+        count = 0
+        while count < limit:
+            datagrams = read_now(limit - count)
+            if datagrams is None:
+                break
+            admit_run(datagrams)
+            count += len(datagrams)
         return count
 
 
@@ -192,11 +236,12 @@ def datagram_reader(
         level = logging.INFO if INTAKE_ENV in INTAKE_DESCRIPTION else logging.WARNING
         log.log(level, "intake: %s", INTAKE_DESCRIPTION)
     else:
-        log.info("intake: compiled (recvmmsg on its own thread)")
         try:
             reader = ThreadedDatagramReader(sock, handle, after_drain, max_datagram_bytes)
             if admit_run is not None:
                 reader.admit_run = admit_run
+            where = "on its own thread" if reader.threaded else "on the event loop"
+            log.info("intake: compiled (recvmmsg %s)", where)
             return reader
         except OSError as error:  # no address space for the slabs (strict overcommit)
             log.warning("receive thread unavailable (%s): reading on the event loop", error)

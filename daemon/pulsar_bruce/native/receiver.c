@@ -42,7 +42,9 @@ typedef struct {
     PyObject_HEAD
     int sock_fd, wake_fd, stop_fd;
     size_t slot_size, slab_bytes;
+    size_t read_size;                 /* max_datagram_bytes + 1: an oversized one is seen as such */
     Slab slabs[SLABS];
+    unsigned char *scratch;           /* read_now()'s slab, used on the caller's thread */
     int fill, take;                   /* next slab the thread fills / the loop takes */
     int notified;                     /* wake_fd written, not yet answered by an empty take() */
     int polling, held;                /* the thread waits in poll() holding ``held`` datagrams */
@@ -85,7 +87,7 @@ static int receiver_fill(Receiver *self, Slab *slab) {
         int room = PER_SLAB - count;
         for (int i = 0; i < room; i++) {
             vectors[i].iov_base = slab->arena + (size_t)(count + i) * self->slot_size;
-            vectors[i].iov_len = self->slot_size;
+            vectors[i].iov_len = self->read_size;
             memset(&headers[i].msg_hdr, 0, sizeof headers[i].msg_hdr);
             headers[i].msg_hdr.msg_iov = &vectors[i];
             headers[i].msg_hdr.msg_iovlen = 1;
@@ -208,6 +210,7 @@ static int receiver_init(Receiver *self, PyObject *args, PyObject *kwargs) {
         return -1;
     }
     /* One byte more than the limit, so an oversized datagram is seen as such. */
+    self->read_size = (size_t)max_bytes + 1;
     self->slot_size = (((size_t)max_bytes + 1 + (size_t)page - 1) / (size_t)page) * (size_t)page;
     self->slab_bytes = self->slot_size * PER_SLAB;
     self->sock_fd = fd;
@@ -221,6 +224,13 @@ static int receiver_init(Receiver *self, PyObject *args, PyObject *kwargs) {
         if (arena == MAP_FAILED) { PyErr_SetFromErrno(PyExc_OSError); return -1; }
         self->slabs[i].arena = arena;
     }
+    self->scratch = mmap(NULL, self->slab_bytes, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (self->scratch == MAP_FAILED) {
+        self->scratch = NULL;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
     self->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     self->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (self->wake_fd < 0 || self->stop_fd < 0) { PyErr_SetFromErrno(PyExc_OSError); return -1; }
@@ -231,6 +241,7 @@ static void receiver_dealloc(Receiver *self) {
     receiver_join(self);
     for (int i = 0; i < SLABS; i++)
         if (self->slabs[i].arena) munmap(self->slabs[i].arena, self->slab_bytes);
+    if (self->scratch) munmap(self->scratch, self->slab_bytes);
     if (self->wake_fd >= 0) close(self->wake_fd);
     if (self->stop_fd >= 0) close(self->stop_fd);
     if (self->slot_size) {
@@ -265,6 +276,62 @@ static PyObject *receiver_stop(Receiver *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+/* The ``count`` datagrams of an arena as a list of bytes. */
+static PyObject *receiver_list(Receiver *self, unsigned char *arena, const unsigned int *lengths,
+                               int count) {
+    PyObject *list = PyList_New(count);
+    if (!list) return NULL;
+    for (int i = 0; i < count; i++) {
+        unsigned char *slot = arena + (size_t)i * self->slot_size;
+        size_t length = lengths[i];
+        PyObject *data = PyBytes_FromStringAndSize((const char *)slot, (Py_ssize_t)length);
+        if (!data) { Py_DECREF(list); return NULL; }
+        PyList_SET_ITEM(list, i, data);
+        if (length > 65536) /* a large datagram does not keep its pages */
+            madvise(slot + 65536, self->slot_size - 65536, MADV_DONTNEED);
+    }
+    return list;
+}
+
+/* read_now(limit) -> up to ``limit`` (at most a slab) of the datagrams queued right now,
+ * read with one recvmmsg on the calling thread (the event loop's, with the GIL: it does
+ * not block), or None when none is queued.  Only while the thread is not running: they
+ * would race for the order. */
+static PyObject *receiver_read_now(Receiver *self, PyObject *limit_object) {
+    long limit = PyLong_AsLong(limit_object);
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    if (limit < 1) Py_RETURN_NONE;
+    unsigned int room = limit < PER_SLAB ? (unsigned int)limit : PER_SLAB;
+    if (!self->slot_size) {
+        PyErr_SetString(PyExc_RuntimeError, "Receiver not initialised");
+        return NULL;
+    }
+    if (self->running) {
+        PyErr_SetString(PyExc_RuntimeError, "read_now() while the receive thread runs");
+        return NULL;
+    }
+    struct mmsghdr headers[PER_SLAB];
+    struct iovec vectors[PER_SLAB];
+    unsigned int lengths[PER_SLAB];
+    for (int i = 0; i < PER_SLAB; i++) {
+        vectors[i].iov_base = self->scratch + (size_t)i * self->slot_size;
+        vectors[i].iov_len = self->read_size;
+        memset(&headers[i].msg_hdr, 0, sizeof headers[i].msg_hdr);
+        headers[i].msg_hdr.msg_iov = &vectors[i];
+        headers[i].msg_hdr.msg_iovlen = 1;
+    }
+    int got;
+    do got = recvmmsg(self->sock_fd, headers, room, MSG_DONTWAIT, NULL);
+    while (got < 0 && errno == EINTR);
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) Py_RETURN_NONE;
+    if (got < 0) return PyErr_SetFromErrno(PyExc_OSError);
+    if (got == 0) Py_RETURN_NONE;
+    __atomic_fetch_add(&self->calls, 1, __ATOMIC_RELAXED);
+    self->datagrams += (unsigned long long)got;  /* the thread is not running: no race */
+    for (int i = 0; i < got; i++) lengths[i] = headers[i].msg_len;
+    return receiver_list(self, self->scratch, lengths, got);
+}
+
 /* take() -> the oldest filled slab's datagrams as a list of bytes, or None. */
 static PyObject *receiver_take(Receiver *self, PyObject *unused) {
     pthread_mutex_lock(&self->lock);
@@ -283,17 +350,8 @@ static PyObject *receiver_take(Receiver *self, PyObject *unused) {
     }
     int count = slab->count;
     pthread_mutex_unlock(&self->lock);
-    PyObject *list = PyList_New(count);
+    PyObject *list = receiver_list(self, slab->arena, slab->lengths, count);
     if (!list) return NULL;
-    for (int i = 0; i < count; i++) {
-        unsigned char *slot = slab->arena + (size_t)i * self->slot_size;
-        size_t length = slab->lengths[i];
-        PyObject *data = PyBytes_FromStringAndSize((const char *)slot, (Py_ssize_t)length);
-        if (!data) { Py_DECREF(list); return NULL; }
-        PyList_SET_ITEM(list, i, data);
-        if (length > 65536) /* a large datagram does not keep its pages */
-            madvise(slot + 65536, self->slot_size - 65536, MADV_DONTNEED);
-    }
     pthread_mutex_lock(&self->lock);
     slab->ready = 0;
     self->take = (self->take + 1) % SLABS;
@@ -329,6 +387,9 @@ static PyMethodDef receiver_methods[] = {
      "stop the thread after the slab it is filling (it stays to be taken)"},
     {"take", (PyCFunction)receiver_take, METH_NOARGS,
      "the oldest filled slab's datagrams (list of bytes), or None; None re-arms wake_fd"},
+    {"read_now", (PyCFunction)receiver_read_now, METH_O,
+     "read_now(limit): up to limit (at most a slab) of the datagrams queued now, read on this "
+     "thread (list of bytes), or None; only while the thread is not running"},
     {NULL},
 };
 

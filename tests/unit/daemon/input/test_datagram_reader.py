@@ -1,6 +1,7 @@
-"""Both datagram readers on a real socketpair: drains, the per-wake-up cap, empty and
-oversized datagrams, the event-loop reader, and the final drain at shutdown; the
-compiled intake's receive thread: order across slabs, backpressure, nothing lost."""
+"""The datagram readers on a real socketpair (Python; compiled with its thread; compiled on
+the loop): drains, the per-wake-up cap, empty and oversized datagrams, the event-loop
+reader, and the final drain at shutdown; the compiled intake's receive thread: order
+across slabs, backpressure, nothing lost; where the compiled reader reads."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import errno
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,13 +21,22 @@ from pulsar_bruce.native import compiled
 from tests.support.fakes_asyncio import until
 
 MAX = 64
+
+
+class CompiledLoopReader(ThreadedDatagramReader):
+    """The compiled reader without its thread: ``recvmmsg`` on the event loop, what a short
+    kernel queue (``max_dgram_qlen`` < 128) gets."""
+
+    def _open(self, max_datagram_bytes: int) -> None:
+        super()._open(max_datagram_bytes)
+        self.threaded = False
+
+
+NOT_BUILT = pytest.mark.skipif(compiled is None, reason="the compiled intake is not built")
 READERS = [
     pytest.param(DatagramReader, id="python"),
-    pytest.param(
-        ThreadedDatagramReader,
-        id="threaded",
-        marks=pytest.mark.skipif(compiled is None, reason="the compiled intake is not built"),
-    ),
+    pytest.param(ThreadedDatagramReader, id="threaded", marks=NOT_BUILT),
+    pytest.param(CompiledLoopReader, id="compiled-loop", marks=NOT_BUILT),
 ]
 
 
@@ -58,16 +68,8 @@ def reader_class(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> type[DatagramReader]:
     monkeypatch.setattr(Rig, "reader_class", request.param)
+    monkeypatch.setenv(socket_reader.RECEIVE_ENV, "thread")  # whatever this kernel's qlen
     return request.param  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
-    sender, receiver = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-    receiver.setblocking(False)
-    yield sender, receiver
-    sender.close()
-    receiver.close()
 
 
 def test_a_drain_handles_every_queued_datagram_in_order_then_reports_once(
