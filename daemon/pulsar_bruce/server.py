@@ -154,8 +154,9 @@ class Server:
         config = self.config
         if config.metrics_listen is not None:
             host, port = config.metrics_listen
+            metrics = self.metrics
             self.metrics_server = MetricsServer(
-                self.metrics.registry, host, port, status=self.status_document
+                metrics.registry, host, port, status=self.status_document, select=metrics.select
             )
             await self.metrics_server.start()
         datagram_socket, stream_socket = self._open_input_sockets()

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -22,15 +22,22 @@ log = logging.getLogger(__name__)
 _MAX_REQUEST_HEAD = 8192
 
 
-class _Only:
-    """The registry's families that have a sample named in ``names`` (``?name[]=``)."""
+#: The families that may hold the named samples, built alone (``Metrics.select``).
+Select = Callable[[set[str]], Iterable[Metric]]
 
-    def __init__(self, registry: CollectorRegistry, names: set[str]):
+
+class _Only:
+    """The families that have a sample named in ``names`` (``?name[]=``), from ``select``
+    where the daemon has one (only those families are built), else from the registry."""
+
+    def __init__(self, registry: CollectorRegistry, names: set[str], select: Select | None):
         self._registry = registry
         self._names = names
+        self._select = select
 
     def collect(self) -> Iterator[Metric]:
-        for family in self._registry.collect():
+        families = self._registry.collect() if self._select is None else self._select(self._names)
+        for family in families:
             if any(sample.name in self._names for sample in family.samples):
                 yield family
 
@@ -44,9 +51,11 @@ class MetricsServer:
         host: str,
         port: int,
         status: Callable[[], dict[str, Any]] | None = None,
+        select: Select | None = None,
     ):
         self.registry = registry
         self.status = status
+        self.select = select
         self.host = host
         self.port = port
         self._server: asyncio.Server | None = None
@@ -80,7 +89,7 @@ class MetricsServer:
             # Prometheus' own filter: /metrics?name[]=a&name[]=b serves only those series
             # (a cheap scrape for a tight poll; the bench waits on the counters this way).
             names = parse_qs(query).get("name[]")
-            registry = _Only(self.registry, set(names)) if names else self.registry
+            registry = _Only(self.registry, set(names), self.select) if names else self.registry
             status, content_type, body = "200 OK", CONTENT_TYPE_LATEST, generate_latest(registry)
         elif path == "/status" and self.status is not None:
             body = json.dumps(self.status(), indent=1).encode() + b"\n"

@@ -34,9 +34,10 @@ class Metrics:
         topic_label_limit: int = 100,
     ):
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(
-            _LedgerCollector(ledger, topics, connections, spool, topic_label_limit)
+        self._ledger_families = _LedgerCollector(
+            ledger, topics, connections, spool, topic_label_limit
         )
+        self.registry.register(self._ledger_families)
         self.batch_messages = Histogram(
             f"{PREFIX}_batch_messages",
             "Messages per batch sent to a broker",
@@ -49,6 +50,19 @@ class Metrics:
             buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30),
             registry=self.registry,
         )
+        self._histograms = (
+            (f"{PREFIX}_batch_messages", self.batch_messages),
+            (f"{PREFIX}_send_latency_seconds", self.send_latency),
+        )
+
+    def select(self, sample_names: Iterable[str]) -> Iterator[Metric]:
+        """The families that may hold one of ``sample_names`` (``/metrics?name[]=``), built
+        alone: a tight poll of a few counters does not pay for every family."""
+        wanted = family_names(sample_names)
+        yield from self._ledger_families.collect_only(wanted)
+        for name, histogram in self._histograms:
+            if name in wanted:
+                yield from histogram.collect()
 
     # -- BatchObserver (pulsar_bruce.route.outcomes) --------------------------------------
 
@@ -82,49 +96,103 @@ class _LedgerCollector:
         self._limit = topic_label_limit
 
     def collect(self) -> Iterator[Metric]:
+        return self.collect_only(None)
+
+    def collect_only(self, families: set[str] | None) -> Iterator[Metric]:
+        """The families named in ``families`` (all of them for None), in exposition order;
+        each is built only when it is asked for."""
         s = self._ledger
-        spool = self._spool()
-        yield _counter("received", "Datagrams read from the socket(s), valid or not", s.received)
-        yield _counter("acked", "Messages the broker confirmed with a SendReceipt", s.acked)
+        builders: list[tuple[str, Callable[[], Metric]]] = [
+            (
+                "received",
+                lambda: _counter(
+                    "received", "Datagrams read from the socket(s), valid or not", s.received
+                ),
+            ),
+            (
+                "acked",
+                lambda: _counter(
+                    "acked", "Messages the broker confirmed with a SendReceipt", s.acked
+                ),
+            ),
+            ("discarded", self._discarded),
+            (
+                "buffered_messages",
+                lambda: _gauge(
+                    "buffered_messages",
+                    "Messages received and valid, not yet acked or discarded",
+                    s.buffered_messages,
+                ),
+            ),
+            (
+                "buffered_bytes",
+                lambda: _gauge(
+                    "buffered_bytes", "Bytes held for buffered messages", s.buffered_bytes
+                ),
+            ),
+            (
+                "possible_duplicates",
+                lambda: _counter(
+                    "possible_duplicates",
+                    "Messages resent after an unconfirmed send",
+                    s.possible_duplicates,
+                ),
+            ),
+            (
+                "batches_sent",
+                lambda: _counter("batches_sent", "Batch frames written to brokers", s.batches_sent),
+            ),
+            (
+                "spooled_messages",
+                lambda: _gauge(
+                    "spooled_messages",
+                    "Messages this process wrote to the disk spool, not yet replayed",
+                    s.spooled_messages,
+                ),
+            ),
+            (
+                "spool_bytes",
+                lambda: _gauge("spool_bytes", "Bytes in the disk spool", self._spool().bytes),
+            ),
+            (
+                "spool_corrupt_records",
+                lambda: _counter(
+                    "spool_corrupt_records",
+                    "Spool records found torn or corrupt and skipped",
+                    self._spool().corrupt_records,
+                ),
+            ),
+            (
+                "broker_connections",
+                lambda: _gauge(
+                    "broker_connections",
+                    "Open, handshaken broker connections",
+                    self._connections(),
+                ),
+            ),
+            (
+                "producer_name_conflicts",
+                lambda: _counter(
+                    "producer_name_conflicts",
+                    "Producer creations refused with ProducerBusy for our own producer name "
+                    "(another daemon with the same --producer-name-prefix)",
+                    sum(topic.name_conflicts for topic in self._topics()),
+                ),
+            ),
+        ]
+        for name, build in builders:
+            if families is None or f"{PREFIX}_{name}" in families:
+                yield build()
+        if families is None or families & _PER_TOPIC:
+            yield from self._per_topic()
+
+    def _discarded(self) -> Metric:
         discarded = CounterMetricFamily(
             f"{PREFIX}_discarded", "Messages given up, by reason", labels=["reason"]
         )
-        for reason, count in s.discarded.items():
+        for reason, count in self._ledger.discarded.items():
             discarded.add_metric([reason], count)
-        yield discarded
-        yield _gauge(
-            "buffered_messages",
-            "Messages received and valid, not yet acked or discarded",
-            s.buffered_messages,
-        )
-        yield _gauge("buffered_bytes", "Bytes held for buffered messages", s.buffered_bytes)
-        yield _counter(
-            "possible_duplicates",
-            "Messages resent after an unconfirmed send",
-            s.possible_duplicates,
-        )
-        yield _counter("batches_sent", "Batch frames written to brokers", s.batches_sent)
-        yield _gauge(
-            "spooled_messages",
-            "Messages this process wrote to the disk spool, not yet replayed",
-            s.spooled_messages,
-        )
-        yield _gauge("spool_bytes", "Bytes in the disk spool", spool.bytes)
-        yield _counter(
-            "spool_corrupt_records",
-            "Spool records found torn or corrupt and skipped",
-            spool.corrupt_records,
-        )
-        yield _gauge(
-            "broker_connections", "Open, handshaken broker connections", self._connections()
-        )
-        yield _counter(
-            "producer_name_conflicts",
-            "Producer creations refused with ProducerBusy for our own producer name "
-            "(another daemon with the same --producer-name-prefix)",
-            sum(topic.name_conflicts for topic in self._topics()),
-        )
-        yield from self._per_topic()
+        return discarded
 
     def _per_topic(self) -> Iterator[Metric]:
         acked = CounterMetricFamily(
@@ -152,6 +220,25 @@ class _LedgerCollector:
             buffered.add_metric([topic.name], topic.buffered_messages)
             ready.add_metric([topic.name], sum(1 for p in topic.producers if p.ready))
         yield from (acked, discarded, buffered, ready)
+
+
+#: The per-topic families, built together in one pass over the topics.
+_PER_TOPIC = frozenset(
+    f"{PREFIX}_topic_{name}"
+    for name in ("acked", "discarded", "buffered_messages", "partitions_ready")
+)
+#: What Prometheus appends to a family's name in its samples' names.
+_SAMPLE_SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created")
+
+
+def family_names(sample_names: Iterable[str]) -> set[str]:
+    """The family names that may hold samples named ``sample_names`` (a counter ``x``'s
+    sample is ``x_total``, a histogram's ``x_bucket``, ``x_count``, ``x_sum``)."""
+    families = set()
+    for sample in sample_names:
+        families.add(sample)
+        families.update(sample.removesuffix(suffix) for suffix in _SAMPLE_SUFFIXES)
+    return families
 
 
 def _counter(name: str, documentation: str, value: int) -> CounterMetricFamily:
