@@ -101,98 +101,69 @@ class _LedgerCollector:
     def collect_only(self, families: set[str] | None) -> Iterator[Metric]:
         """The families named in ``families`` (all of them for None), in exposition order;
         each is built only when it is asked for."""
+
+        def want(name: str) -> bool:
+            return families is None or f"{PREFIX}_{name}" in families
+
         s = self._ledger
-        builders: list[tuple[str, Callable[[], Metric]]] = [
-            (
-                "received",
-                lambda: _counter(
-                    "received", "Datagrams read from the socket(s), valid or not", s.received
-                ),
-            ),
-            (
-                "acked",
-                lambda: _counter(
-                    "acked", "Messages the broker confirmed with a SendReceipt", s.acked
-                ),
-            ),
-            ("discarded", self._discarded),
-            (
+        if want("received"):
+            yield _counter(
+                "received", "Datagrams read from the socket(s), valid or not", s.received
+            )
+        if want("acked"):
+            yield _counter("acked", "Messages the broker confirmed with a SendReceipt", s.acked)
+        if want("discarded"):
+            discarded = CounterMetricFamily(
+                f"{PREFIX}_discarded", "Messages given up, by reason", labels=["reason"]
+            )
+            for reason, count in s.discarded.items():
+                discarded.add_metric([reason], count)
+            yield discarded
+        if want("buffered_messages"):
+            yield _gauge(
                 "buffered_messages",
-                lambda: _gauge(
-                    "buffered_messages",
-                    "Messages received and valid, not yet acked or discarded",
-                    s.buffered_messages,
-                ),
-            ),
-            (
-                "buffered_bytes",
-                lambda: _gauge(
-                    "buffered_bytes", "Bytes held for buffered messages", s.buffered_bytes
-                ),
-            ),
-            (
+                "Messages received and valid, not yet acked or discarded",
+                s.buffered_messages,
+            )
+        if want("buffered_bytes"):
+            yield _gauge("buffered_bytes", "Bytes held for buffered messages", s.buffered_bytes)
+        if want("possible_duplicates"):
+            yield _counter(
                 "possible_duplicates",
-                lambda: _counter(
-                    "possible_duplicates",
-                    "Messages resent after an unconfirmed send",
-                    s.possible_duplicates,
-                ),
-            ),
-            (
-                "batches_sent",
-                lambda: _counter("batches_sent", "Batch frames written to brokers", s.batches_sent),
-            ),
-            (
+                "Messages resent after an unconfirmed send",
+                s.possible_duplicates,
+            )
+        if want("batches_sent"):
+            yield _counter("batches_sent", "Batch frames written to brokers", s.batches_sent)
+        if want("spooled_messages"):
+            yield _gauge(
                 "spooled_messages",
-                lambda: _gauge(
-                    "spooled_messages",
-                    "Messages this process wrote to the disk spool, not yet replayed",
-                    s.spooled_messages,
-                ),
-            ),
-            (
-                "spool_bytes",
-                lambda: _gauge("spool_bytes", "Bytes in the disk spool", self._spool().bytes),
-            ),
-            (
-                "spool_corrupt_records",
-                lambda: _counter(
+                "Messages this process wrote to the disk spool, not yet replayed",
+                s.spooled_messages,
+            )
+        if want("spool_bytes") or want("spool_corrupt_records"):
+            spool = self._spool()
+            if want("spool_bytes"):
+                yield _gauge("spool_bytes", "Bytes in the disk spool", spool.bytes)
+            if want("spool_corrupt_records"):
+                yield _counter(
                     "spool_corrupt_records",
                     "Spool records found torn or corrupt and skipped",
-                    self._spool().corrupt_records,
-                ),
-            ),
-            (
-                "broker_connections",
-                lambda: _gauge(
-                    "broker_connections",
-                    "Open, handshaken broker connections",
-                    self._connections(),
-                ),
-            ),
-            (
+                    spool.corrupt_records,
+                )
+        if want("broker_connections"):
+            yield _gauge(
+                "broker_connections", "Open, handshaken broker connections", self._connections()
+            )
+        if want("producer_name_conflicts"):
+            yield _counter(
                 "producer_name_conflicts",
-                lambda: _counter(
-                    "producer_name_conflicts",
-                    "Producer creations refused with ProducerBusy for our own producer name "
-                    "(another daemon with the same --producer-name-prefix)",
-                    sum(topic.name_conflicts for topic in self._topics()),
-                ),
-            ),
-        ]
-        for name, build in builders:
-            if families is None or f"{PREFIX}_{name}" in families:
-                yield build()
+                "Producer creations refused with ProducerBusy for our own producer name "
+                "(another daemon with the same --producer-name-prefix)",
+                sum(topic.name_conflicts for topic in self._topics()),
+            )
         if families is None or families & _PER_TOPIC:
             yield from self._per_topic()
-
-    def _discarded(self) -> Metric:
-        discarded = CounterMetricFamily(
-            f"{PREFIX}_discarded", "Messages given up, by reason", labels=["reason"]
-        )
-        for reason, count in self._ledger.discarded.items():
-            discarded.add_metric([reason], count)
-        return discarded
 
     def _per_topic(self) -> Iterator[Metric]:
         acked = CounterMetricFamily(

@@ -76,6 +76,19 @@ static int receiver_publish(Receiver *self, Slab *slab, int count) {
     return wake;
 }
 
+/* recvmmsg headers for ``room`` datagrams into the arena's slots from ``first`` on, each
+ * read up to ``read_size`` bytes. */
+static void receiver_headers(Receiver *self, unsigned char *arena, int first, int room,
+                             struct mmsghdr *headers, struct iovec *vectors) {
+    for (int i = 0; i < room; i++) {
+        vectors[i].iov_base = arena + (size_t)(first + i) * self->slot_size;
+        vectors[i].iov_len = self->read_size;
+        memset(&headers[i].msg_hdr, 0, sizeof headers[i].msg_hdr);
+        headers[i].msg_hdr.msg_iov = &vectors[i];
+        headers[i].msg_hdr.msg_iovlen = 1;
+    }
+}
+
 /* Fill one slab with recvmmsg until it is full, or the socket is empty and the loop
  * idle.  Returns the datagrams to publish; 0 when the loop took the partial slab
  * itself; -1 when the thread must end (stop asked, socket error) with nothing held. */
@@ -85,13 +98,7 @@ static int receiver_fill(Receiver *self, Slab *slab) {
     int count = 0, hangup = 0, naps = 0;
     while (count < PER_SLAB) {
         int room = PER_SLAB - count;
-        for (int i = 0; i < room; i++) {
-            vectors[i].iov_base = slab->arena + (size_t)(count + i) * self->slot_size;
-            vectors[i].iov_len = self->read_size;
-            memset(&headers[i].msg_hdr, 0, sizeof headers[i].msg_hdr);
-            headers[i].msg_hdr.msg_iov = &vectors[i];
-            headers[i].msg_hdr.msg_iovlen = 1;
-        }
+        receiver_headers(self, slab->arena, count, room, headers, vectors);
         int got = recvmmsg(self->sock_fd, headers, (unsigned int)room, MSG_DONTWAIT, NULL);
         if (got > 0) {
             for (int i = 0; i < got; i++) slab->lengths[count + i] = headers[i].msg_len;
@@ -313,13 +320,7 @@ static PyObject *receiver_read_now(Receiver *self, PyObject *limit_object) {
     struct mmsghdr headers[PER_SLAB];
     struct iovec vectors[PER_SLAB];
     unsigned int lengths[PER_SLAB];
-    for (int i = 0; i < PER_SLAB; i++) {
-        vectors[i].iov_base = self->scratch + (size_t)i * self->slot_size;
-        vectors[i].iov_len = self->read_size;
-        memset(&headers[i].msg_hdr, 0, sizeof headers[i].msg_hdr);
-        headers[i].msg_hdr.msg_iov = &vectors[i];
-        headers[i].msg_hdr.msg_iovlen = 1;
-    }
+    receiver_headers(self, self->scratch, 0, (int)room, headers, vectors);
     int got;
     do got = recvmmsg(self->sock_fd, headers, room, MSG_DONTWAIT, NULL);
     while (got < 0 && errno == EINTR);

@@ -236,9 +236,9 @@ class PartitionProducer:
         compressed topic (librdkafka sends a Kafka batch uncompressed when the codec grows it;
         ZFS stores a block uncompressed unless it saves an eighth).  Payloads that do not
         shrink (encrypted, already compressed, random) usually keep not shrinking: after such
-        a batch the next
-        ``compress_skips`` batches are sent without trying, and that number doubles up to
-        :data:`MAX_COMPRESS_SKIPS` while the tries keep failing; one that shrinks resets it.
+        a batch the next ``compress_skips`` batches are sent without trying, and that number
+        doubles up to :data:`MAX_COMPRESS_SKIPS` while the tries keep failing; one that
+        shrinks resets it.
         """
         compressor = self.policy.compressor
         if compressor is None:
