@@ -78,3 +78,12 @@ def test_spark_sink_bench_runs_and_loses_nothing() -> None:
             "no rows lost",
         ],
     )
+
+
+def test_reader_placement_bench_runs_and_loses_nothing() -> None:
+    run_bench(
+        "reader_placement",
+        ["--messages", "2000", "--rounds", "1"],
+        timeout=120,
+        expect=["median of 1 round(s)", "context switches", "no messages lost"],
+    )
