@@ -230,6 +230,10 @@ class Counters:
 class Daemon:
     """``python -m pulsar_bruce`` as a subprocess, with its metrics read over HTTP."""
 
+    #: The stream socket, as the daemon places it (None: off, or not known for a daemon
+    #: started elsewhere and adopted).
+    stream_path: str | None = None
+
     def __init__(
         self,
         workdir: Path,
@@ -243,6 +247,10 @@ class Daemon:
         self.socket_path = str(workdir / "bruce.sock")
         self.metrics_port = free_port()
         self.log_path = workdir / "daemon.log"
+        self.stream_path = self.socket_path.removesuffix(".sock") + ".stream.sock"
+        if "--stream-socket" in extra_args:
+            chosen = extra_args[extra_args.index("--stream-socket") + 1]
+            self.stream_path = None if chosen.strip().lower() in ("off", "") else chosen
         self.argv = [
             sys.executable,
             "-m",
@@ -266,8 +274,11 @@ class Daemon:
         return self.process.pid
 
     def _serving(self) -> bool:
+        """Both sockets are there and the metrics port answers (the daemon opens the port
+        first, so the port alone does not say the sockets are ready)."""
         self.check_alive()
-        return os.path.exists(self.socket_path) and port_open(self.metrics_port)
+        sockets = [self.socket_path] + ([self.stream_path] if self.stream_path else [])
+        return all(os.path.exists(path) for path in sockets) and port_open(self.metrics_port)
 
     def check_alive(self) -> None:
         if self.process.poll() is not None:
