@@ -8,7 +8,7 @@ PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 RUN_STAMP := $(VENV)/.run-stamp
 STAMP     := $(VENV)/.test-stamp
 
-.PHONY: run test unit lint proto bench clean
+.PHONY: run test unit lint proto bench clean apache-classpath
 
 # The compiled intake is built here where a C compiler is; the last line says which intake runs.
 $(RUN_STAMP): pyproject.toml $(wildcard daemon/pulsar_bruce/native/*.[ch])
@@ -27,9 +27,14 @@ run: $(RUN_STAMP)
 	$(BIN)/python examples/run_local.py
 
 ## test: lint, type-check and the whole suite, real-broker tests included, once per intake
-test: $(STAMP) lint
+## (the Apache Pulsar interop tests, marked `apache`, run in the first pass only)
+test: $(STAMP) lint apache-classpath
 	$(BIN)/python -m pytest -q -p no:cacheprovider
-	PULSAR_BRUCE_INTAKE=python $(BIN)/python -m pytest -q -p no:cacheprovider
+	PULSAR_BRUCE_INTAKE=python $(BIN)/python -m pytest -q -p no:cacheprovider -m "not apache"
+
+## apache-classpath: resolve Apache Pulsar's classpath with Maven (once; cached in ~/.cache)
+apache-classpath: $(STAMP)
+	$(BIN)/python -m tests.support.apache_pulsar classpath
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit

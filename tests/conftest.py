@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.apache_pulsar import ApachePulsar, missing_tools
 from tests.support.processes import Broker, Daemon
 from tests.support.senders import datagram_receiver, short_socket_path
 
@@ -20,6 +21,42 @@ def pytest_report_header() -> str:
     from pulsar_bruce.native import INTAKE_DESCRIPTION
 
     return f"pulsar-bruce intake: {INTAKE_DESCRIPTION}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The Apache Pulsar tests are part of the suite: without Java or Maven, stop with one line."""
+    if any(item.get_closest_marker("apache") for item in items):
+        problem = missing_tools()
+        if problem:
+            pytest.exit(problem, returncode=3)
+
+
+@pytest.fixture(scope="session")
+def apache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApachePulsar]:
+    """One Apache Pulsar standalone for the whole run (use unique topic names)."""
+    instance = ApachePulsar(tmp_path_factory.mktemp("apache-pulsar"))
+    try:
+        instance.start()
+        yield instance
+    finally:
+        instance.kill()
+
+
+@pytest.fixture
+def start_apache(tmp_path: Path) -> Iterator[Callable[..., ApachePulsar]]:
+    """``start_apache(extra_config)`` -> an Apache Pulsar of this test's own (to restart, kill,
+    or run with other settings), killed at teardown."""
+    started: list[ApachePulsar] = []
+
+    def start(extra_config: dict[str, str] | None = None) -> ApachePulsar:
+        instance = ApachePulsar(tmp_path / f"apache{len(started)}", extra_config)
+        started.append(instance)
+        instance.start()
+        return instance
+
+    yield start
+    for instance in started:
+        instance.kill()
 
 
 @pytest.fixture(scope="session")
