@@ -38,7 +38,16 @@ Where pulsar-lite and the Java broker differ, it answers as the Java broker
   (``ServerCnx.handleProducer``);
 - a ``Send`` for a producer id the connection does not have is a protocol
   violation: recorded in :meth:`FakeBroker.errors` and the connection closed
-  (``ServerCnx.handleSend``), unless the broker itself closed that producer.
+  (``ServerCnx.handleSend``), unless the broker itself closed that producer;
+- with ``deduplication``, Sends are judged as ``MessageDeduplication`` judges them
+  (``fake_dedup.py``): by the producer's registered name, the last chunk of a
+  chunked message, and pushed against persisted ids.  Held receipts are
+  publishes still being persisted: until :meth:`FakeBroker.release_held_receipts`
+  their resends get ``SendError(PersistenceError)``; persisted ones get a
+  receipt for message id -1:-1 and are not stored.
+
+A non-batched message (and each chunk of one) is read whole; a chunked message
+shows in :meth:`FakeBroker.messages` once its last chunk is stored.
 """
 
 from __future__ import annotations
@@ -53,6 +62,7 @@ from typing import Any
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import Frame, FrameDecoder, encode_command
 
+from tests.support.fake_dedup import Deduplication, DupStatus, Publish
 from tests.support.fakewire import (
     Credentials,
     Lookup,
@@ -62,6 +72,8 @@ from tests.support.fakewire import (
     Sent,
     copy_message,
     decode_batch,
+    decode_entries,
+    stored_messages,
 )
 
 __all__ = [
@@ -120,10 +132,10 @@ class FakeBroker:
         deduplication: bool = False,
     ):
         self.partitions = partitions
-        #: Broker deduplication, as the Java broker's MessageDeduplication (see _is_duplicate).
+        #: Broker deduplication, as the Java broker's MessageDeduplication (``fake_dedup.py``).
         self.deduplication = deduplication
-        #: (topic, producer name) -> highest sequence id stored (deduplication only).
-        self._highest_sequence_ids: dict[tuple[str, str], int] = {}
+        self.dedup = Deduplication()  # held receipts: writes still being persisted
+        self._chunks: dict[str, dict[int, bytes]] = {}  # uuid -> chunk id -> chunk stored
         #: Refuse a producer name already connected to the topic (see _name_taken).
         self.unique_producer_names = unique_producer_names
         self.last_sequence_id = last_sequence_id
@@ -267,6 +279,7 @@ class FakeBroker:
         async def release() -> int:
             with self._lock:
                 self._hold_topics.clear()
+                self.dedup.persist_pending()
             released = 0
             for conn in self._conns.values():
                 for producer_id, receipts in list(conn.held.items()):
@@ -655,9 +668,9 @@ class FakeBroker:
         conn.producers[producer_id] = (request.topic, name)
         conn.closed_by_broker.discard(producer_id)
         last = self.last_sequence_id
-        if self.deduplication:  # Java: topic.getLastPublishedSequenceId(producerName)
+        if self.deduplication:  # Producer.getLastSequenceId: the highest id *pushed*
             with self._lock:
-                last = self._highest_sequence_ids.get((request.topic, name), -1)
+                last = self.dedup.last_sequence_id(request.topic, name)
         conn.send(self._producer_success(request.request_id, name, last))
 
     def _name_taken(self, conn: _Conn, request: pb.CommandProducer) -> bool:
@@ -715,18 +728,22 @@ class FakeBroker:
                     )
                 conn.writer.transport.abort()
             return
-        topic = producer[0]
-        entries = decode_batch(frame)
+        topic, name = producer
+        entries = decode_entries(frame)
+        publish = Publish.of(topic, name, frame)  # by the registered name, not the metadata's
         error = None
         with self._lock:
+            dup = self.dedup.check(publish) if self.deduplication else DupStatus.NOT_DUP
             if send.producer_id in conn.closing:
                 error, outcome = pb.PersistenceError, "error"  # "Producer is closed"
             elif topic in self.terminated:
                 error, outcome = pb.TopicTerminatedError, "error"
             elif _entry_size(frame) > self.topic_max_message_size.get(topic, _UNLIMITED):
                 error, outcome = pb.NotAllowedError, "error"
-            elif self._is_duplicate(topic, md.producer_name, send):
+            elif dup is DupStatus.DUP:  # PersistentTopic.publishMessage: completed(null, -1, -1)
                 outcome = "duplicate"
+            elif dup is DupStatus.UNKNOWN:  # MessageDupUnknownException -> PersistenceError
+                error, outcome = pb.PersistenceError, "unknown"
             elif self._errors_to_send and self._errors_topic in (None, topic):
                 error, outcome = self._errors_to_send.pop(), "error"
             elif self._wrong:
@@ -740,6 +757,8 @@ class FakeBroker:
                 outcome = "held"
             else:
                 outcome = "sent"
+            if self.deduplication and error is None and outcome != "duplicate":
+                self.dedup.written(publish, slow=outcome == "held")  # a failure pushes nothing
             # ServerCnx.handleSend takes the (lowest, highest) path when highest >= lowest;
             # errors then name the highest id, else the only one.
             batch_path = send.HasField("highest_sequence_id") and (
@@ -761,11 +780,8 @@ class FakeBroker:
                     error_id if error is not None else None,
                 )
             )
-            if outcome != "duplicate":  # stored
-                self._messages.extend(
-                    Message(conn.id, topic, md.producer_name, send.sequence_id + i, value, key)
-                    for i, (key, value) in enumerate(entries)
-                )
+            if outcome not in ("duplicate", "unknown"):  # stored
+                self._messages.extend(stored_messages(conn.id, topic, frame, self._chunks))
         if outcome == "swallowed":
             return
         if error is not None:
@@ -773,7 +789,11 @@ class FakeBroker:
             reply.send_error.producer_id = send.producer_id
             reply.send_error.sequence_id = error_id
             reply.send_error.error = error  # type: ignore[assignment]
-            reply.send_error.message = "scripted by the fake broker"
+            reply.send_error.message = (
+                "Cannot determine whether the message is a duplicate at this time"
+                if outcome == "unknown"
+                else "scripted by the fake broker"
+            )
             conn.send(reply)
             return
         reply = _T(type=_T.SEND_RECEIPT)
@@ -792,26 +812,6 @@ class FakeBroker:
             conn.held.setdefault(send.producer_id, []).append(reply)
             return
         conn.send(reply)
-
-    def _is_duplicate(self, topic: str, producer_name: str, send: pb.CommandSend) -> bool:
-        """The Java broker's ``MessageDeduplication.isDuplicate`` (call with the lock held).
-
-        A batch whose ``sequence_id`` is at most the highest sequence id stored for
-        its producer name on the topic is a duplicate: not stored, answered with a
-        receipt for message id -1:-1.  Otherwise the highest id becomes
-        ``max(highest_sequence_id, sequence_id)``.  (The Java broker answers "unknown"
-        for ids pushed but not yet persisted; this fake stores at once, so every id
-        it has seen is persisted.)  Scripted errors are not stored, so not recorded.
-        """
-        if not self.deduplication:
-            return False
-        highest = self._highest_sequence_ids.get((topic, producer_name))
-        if highest is not None and send.sequence_id <= highest:
-            return True
-        if not self._errors_to_send:
-            top = max(send.highest_sequence_id, send.sequence_id)
-            self._highest_sequence_ids[(topic, producer_name)] = top
-        return False
 
 
 def _close_producer(producer_id: int, assigned_url: str | None) -> pb.BaseCommand:

@@ -56,8 +56,10 @@ class Sent:
     highest_sequence_id: int
     num_messages: int
     values: tuple[bytes, ...]
-    receipt: str  # "sent", "held", "swallowed", "wrong", "error" or "duplicate"
-    #: The ServerError answered (``receipt == "error"``), and the sequence id it named.
+    #: "sent", "held", "swallowed", "wrong", "error", "duplicate" (deduplication: a receipt
+    #: for message id -1:-1) or "unknown" (deduplication: pushed, not persisted yet).
+    receipt: str
+    #: The ServerError answered (``receipt`` "error" or "unknown") and the sequence id it named.
     error: int | None = None
     error_sequence_id: int | None = None
 
@@ -90,6 +92,42 @@ def decode_batch(frame: Frame) -> list[tuple[str, bytes]]:
         offset = start + single.payload_size
     assert offset == len(data), f"{len(data) - offset} bytes left after the batch entries"
     return entries
+
+
+def decode_entries(frame: Frame) -> list[tuple[str, bytes]]:
+    """``(key, value)`` of a Send's messages: a batch's entries (:func:`decode_batch`), a
+    non-batched message, or one chunk's part of a chunked message's payload, as it is."""
+    md = frame.metadata
+    assert md is not None, "Send without a payload section"
+    if md.HasField("num_messages_in_batch"):
+        return decode_batch(frame)
+    if frame.command.send.is_chunk:
+        return [(md.partition_key, frame.payload)]
+    return [(md.partition_key, decompress(md.compression, frame.payload, md.uncompressed_size))]
+
+
+def stored_messages(
+    conn: int, topic: str, frame: Frame, chunks: dict[str, dict[int, bytes]]
+) -> list[Message]:
+    """The messages a stored Send adds: its entries, or for a chunk, once the last one
+    is stored and every chunk is there, the whole message.  ``chunks``: uuid -> the
+    chunks stored so far, by chunk id (kept between calls)."""
+    md = frame.metadata
+    assert md is not None
+    entries = decode_entries(frame)
+    if frame.command.send.is_chunk:
+        parts = chunks.setdefault(md.uuid, {})
+        parts[md.chunk_id] = entries[0][1]
+        last = md.num_chunks_from_msg - 1
+        if md.chunk_id != last or sorted(parts) != list(range(last + 1)):
+            return []
+        del chunks[md.uuid]
+        payload = b"".join(parts[i] for i in range(last + 1))
+        entries = [(md.partition_key, decompress(md.compression, payload, md.uncompressed_size))]
+    return [
+        Message(conn, topic, md.producer_name, md.sequence_id + i, value, key)
+        for i, (key, value) in enumerate(entries)
+    ]
 
 
 @dataclass(frozen=True)
