@@ -88,12 +88,17 @@ def own_broker(tmp_path: Path) -> Iterator[Broker]:
 
 @pytest.fixture
 def start_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
-    """``start_daemon(service_url, *args)`` -> a running :class:`Daemon`, killed at teardown."""
+    """``start_daemon(service_url, *args)`` -> a running :class:`Daemon`, killed at teardown;
+    ``restart_of=daemon``: on the stopped ``daemon``'s paths (its socket, so its producer
+    names, as a restarted service would)."""
     started: list[Daemon] = []
 
-    def start(service_url: str, *extra_args: str) -> Daemon:
-        workdir = tmp_path / f"daemon{len(started)}"
-        workdir.mkdir()
+    def start(service_url: str, *extra_args: str, restart_of: Daemon | None = None) -> Daemon:
+        if restart_of is not None:
+            workdir = restart_of.workdir
+        else:
+            workdir = tmp_path / f"daemon{len(started)}"
+            workdir.mkdir()
         daemon = Daemon(workdir, service_url, list(extra_args))
         started.append(daemon)
         return daemon

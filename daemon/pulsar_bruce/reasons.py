@@ -14,6 +14,13 @@ RETRIES_EXHAUSTED: Final = "retries_exhausted"
 SHUTDOWN: Final = "shutdown"
 #: Not acked within ``--send-timeout-s`` of being sealed (the topic is stuck).
 SEND_TIMEOUT: Final = "send_timeout"
+#: Persistent topic, receipt for message id -1:-1 (``MessageDeduplication.isDuplicate``): the
+#: broker already holds a message with this producer name and sequence id that is not our
+#: copy, so this one was not stored.
+DEDUPLICATED: Final = "deduplicated"
+#: Non-persistent topic, receipt for message id -1:-1: the broker dropped the message under
+#: load (``ServerCnx.handleSend``, too many pending non-persistent messages).
+BROKER_DROPPED: Final = "broker_dropped"
 
 ALL: Final = (
     MALFORMED,
@@ -27,4 +34,6 @@ ALL: Final = (
     RETRIES_EXHAUSTED,
     SHUTDOWN,
     SEND_TIMEOUT,
+    DEDUPLICATED,
+    BROKER_DROPPED,
 )

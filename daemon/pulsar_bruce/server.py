@@ -396,12 +396,13 @@ def oauth2_options(config: Config) -> OAuth2Options | None:
 def stable_producer_name(prefix: str, socket_path: str) -> str | None:
     """The producer name used on every partition, the same after a restart.
 
-    ``auto``: ``pulsar-bruce-<host>-<hash of the socket path>`` (two daemons on
-    one host differ by socket); empty: none, the broker names producers.
+    ``<prefix>-<host>-<hash of the socket path>`` (``auto``: prefix ``pulsar-bruce``), so
+    hosts sharing one configuration, and daemons on one host, get names of their own
+    (a shared name lets broker deduplication drop one daemon's messages as the other's);
+    empty: none, the broker names producers.
     """
     if not prefix:
         return None
-    if prefix != "auto":
-        return prefix
     digest = hashlib.sha1(socket_path.encode(), usedforsecurity=False).hexdigest()[:6]
-    return f"pulsar-bruce-{socket.gethostname()}-{digest}"
+    base = "pulsar-bruce" if prefix == "auto" else prefix
+    return f"{base}-{socket.gethostname()}-{digest}"

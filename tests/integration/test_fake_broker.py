@@ -6,6 +6,7 @@ These are the broker behaviours a real broker cannot be made to show on demand
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -501,12 +502,15 @@ def test_producer_names_are_ours_and_stable_across_restarts(fake_broker, start_d
     send_values(first, topic, [b"one"])
     first.wait_settled(1)
     assert first.terminate() == 0
-    second = start_daemon(broker.url, *FAST, "--producer-name-prefix", "edge-7")
+    second = start_daemon(broker.url, *FAST, "--producer-name-prefix", "edge-7", restart_of=first)
     send_values(second, topic, [b"two"])
     second.wait_settled(1)
     requests = broker.producer_requests()
-    assert [r.requested_name for r in requests] == ["edge-7", "edge-7"]
-    assert {s.producer_name for s in broker.sends()} == {"edge-7"}
+    names = {r.requested_name for r in requests}
+    assert len(requests) == 2 and len(names) == 1  # the same name after the restart
+    [name] = names
+    assert name.startswith(f"edge-7-{socket.gethostname()}-")  # the prefix, unique per host
+    assert {s.producer_name for s in broker.sends()} == {name}
 
 
 def test_messages_for_a_topic_that_does_not_exist_are_discarded_not_kept(fake_broker, start_daemon):

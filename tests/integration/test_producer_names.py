@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.support.fakebroker import FakeBroker
-from tests.support.processes import wait_for
+from tests.support.processes import Daemon, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -53,24 +54,34 @@ def test_a_partition_addressed_directly_and_through_its_topic_has_one_producer(
 
 
 def test_a_second_daemon_with_our_name_is_logged_once_counted_and_recovers(
-    java_like_broker: FakeBroker, start_daemon
+    java_like_broker: FakeBroker, tmp_path: Path
 ) -> None:
+    """Names are ``prefix-host-hash(socket path)``: two daemons of one host and prefix
+    collide only when their socket paths read the same, here one relative path in two
+    working directories (as two hosts with one host name and configuration would)."""
     broker = java_like_broker
     broker.partitions = 0
     topic = f"shared-{uuid.uuid4().hex[:8]}"
-    first = start_daemon(broker.url, "--producer-name-prefix", "same")
-    with first.sender() as sender:
-        sender.send(topic, b"from-first")
-    first.wait_settled(1)
+    args = ["--producer-name-prefix", "same", "--socket", "bruce.sock"]
+    daemons = []
+    try:
+        for index in range(2):
+            workdir = tmp_path / f"host{index}"
+            workdir.mkdir()
+            daemons.append(Daemon(workdir, broker.url, args, cwd=workdir))
+            with daemons[-1].sender() as sender:
+                sender.send(topic, b"from-%d" % index)
+            if index == 0:
+                daemons[0].wait_settled(1)
+        first, second = daemons
+        wait_for(lambda: second.metrics()[CONFLICTS] >= 3, 30, "three refusals of our name")
+        assert second.counters().buffered == 1  # still trying, not given up
+        assert second.log().count("refuses our producer name 'same-") == 1
+        assert "--producer-name-prefix" in second.log()
 
-    second = start_daemon(broker.url, "--producer-name-prefix", "same")
-    with second.sender() as sender:
-        sender.send(topic, b"from-second")
-    wait_for(lambda: second.metrics()[CONFLICTS] >= 3, 30, "three refusals of our name")
-    assert second.counters().buffered == 1  # still trying, not given up
-    assert second.log().count("refuses our producer name 'same'") == 1
-    assert "--producer-name-prefix" in second.log()
-
-    assert first.terminate() == 0  # the name is free again: the second daemon gets it
-    counters = second.wait_settled(1)
-    assert counters.acked == 1 and counters.identity_holds()
+        assert first.terminate() == 0  # the name is free again: the second daemon gets it
+        counters = second.wait_settled(1)
+        assert counters.acked == 1 and counters.identity_holds()
+    finally:
+        for daemon in daemons:
+            daemon.kill()

@@ -6,19 +6,21 @@ batch buffer at append time (a few varint fields; a protobuf object per
 message would cost more than everything else on the hot path together).
 Compression happens once, when the batch is sealed.
 
-Key-based batching (``--key-based-batching``): the appender seals a batch
-before a message of another key goes in, so every batch holds one key, and the
-sealed batch carries that key for its ``MessageMetadata.partition_key``, like
-the Java client's ``BatchMessageKeyBasedContainer``.
+Key-based batching (``--key-based-batching``): the open batch keeps one batch
+per key (``keys``), like the Java client's ``BatchMessageKeyBasedContainer``;
+they fill and are sealed together, each its own Send, in the order of their
+first messages, so interleaved keys still make full batches of one key each.
 """
 
 from __future__ import annotations
 
 import base64
 import struct
+from collections import deque
 from typing import TYPE_CHECKING
 
 from pulsar_bruce.batch.compression import decompress
+from pulsar_bruce.batch.entries import key_part
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import decode_frame_body
 from pulsar_bruce.frame.wire import varint
@@ -33,22 +35,6 @@ _TAG_PARTITION_KEY = b"\x12"  # 2, length-delimited
 _TAG_PAYLOAD_SIZE = b"\x18"  # 3, varint
 _TAG_EVENT_TIME = b"\x28"  # 5, varint
 _B64_FLAG = b"\x30\x01"  # 6 = true
-
-def decode_key_field(key_field: bytes) -> tuple[str | None, bool]:
-    """The key text and base64 flag of a field made by :func:`encode_key_field`."""
-    if not key_field:
-        return None, False
-    length, start = 0, 1  # after the partition_key tag
-    shift = 0
-    while True:
-        byte = key_field[start]
-        start += 1
-        length |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            break
-    key = key_field[start : start + length].decode("utf-8")
-    return key, key_field[start + length :] == _B64_FLAG
 
 
 def encode_key_field(key: bytes) -> bytes:
@@ -72,13 +58,18 @@ _PAYLOAD_SIZE_FIELDS = tuple(_TAG_PAYLOAD_SIZE + varint(n) for n in range(_PAYLO
 class _PyEntries:
     """A batch's entries: the pure-Python twin of ``native._intake.Entries``."""
 
-    __slots__ = ("_event_time", "_event_time_field", "buffer", "charged", "count")
+    __slots__ = ("_event_time", "_event_time_field", "buffer", "charged", "count", "keys")
 
     def __init__(self) -> None:
         self.buffer = bytearray()
         self.count = 0
         #: Memory charged for the messages in the batch (the sum of their charges).
         self.charged = 0
+        #: Key-based batching: the open batch of each key (``BatchBuilder``) by its
+        #: ``partition_key`` field (``entries.key_part``), in the order of their first
+        #: messages; ``count`` and ``charged`` are then their totals, and this buffer stays
+        #: empty.  None: one batch for all keys.
+        self.keys: dict[bytes, BatchBuilder] | None = None
         self._event_time = 0
         self._event_time_field = b""
 
@@ -128,26 +119,50 @@ else:
 
 
 class BatchBuilder(_Entries):
-    """The open batch of one partition: its entries, confirmation tags and key."""
+    """The open batch of one partition: its entries and confirmation tags (or, with
+    key-based batching, one such batch per key in ``keys``)."""
 
-    __slots__ = ("key_field", "tags")
+    __slots__ = ("tags",)
 
     def __init__(self) -> None:
         super().__init__()
         #: Run-length confirmation tags, allocated by the first stream message only.
         self.tags: list[TagRun] | None = None
-        #: Key-based batching: the key field every message of this batch has (set by the
-        #: appender with the first message); None: keys are not batched apart.
-        self.key_field: bytes | None = None
 
     def seal(self) -> SealedBatch:
         """Close the batch and reset for the next one (compression happens at first send)."""
         count, charged, tags = self.count, self.charged, self.tags
         batch = SealedBatch(count=count, payload=self.take(), buffer_bytes=charged, tags=tags)
-        if self.key_field is not None:
-            batch.partition_key, batch.partition_key_b64 = decode_key_field(self.key_field)
-            self.key_field = None
         self.tags = None
+        return batch
+
+    def seal_into(self, pending: deque[SealedBatch]) -> SealedBatch:
+        """Seal the batch (or every key's batch, in the order of their first messages) into
+        ``pending``; returns the last one sealed.  Not for an empty batch."""
+        keys = self.keys
+        if keys is None:
+            sealed = self.seal()
+            pending.append(sealed)
+            return sealed
+        for batch in keys.values():
+            sealed = batch.seal()
+            pending.append(sealed)
+        self.keys = None
+        self.count = self.charged = 0
+        return sealed
+
+    def key_batch(self, key_field: bytes, charge: int) -> BatchBuilder:
+        """Key-based batching: the open batch for ``key_field``'s key (made on its first
+        message), counted in this one's totals as holding one more message of ``charge``."""
+        keys = self.keys
+        if keys is None:
+            keys = self.keys = {}
+        key = key_part(key_field)
+        batch = keys.get(key)
+        if batch is None:
+            batch = keys[key] = BatchBuilder()
+        self.count += 1
+        self.charged += charge
         return batch
 
     def tag_last(self, tag: Confirmation | None) -> None:
@@ -192,32 +207,12 @@ def split_batch(batch: SealedBatch) -> tuple[SealedBatch, SealedBatch]:
     if batch.sequence_id >= 0:  # ids kept from the spool stay with their messages
         first.sequence_id, rest.sequence_id = batch.sequence_id, batch.sequence_id + half
         first.producer_name = rest.producer_name = batch.producer_name
-    first.partition_key = rest.partition_key = batch.partition_key
-    first.partition_key_b64 = rest.partition_key_b64 = batch.partition_key_b64
     return first, rest
 
 
-def single_key_of(entries: bytes) -> tuple[str | None, bool] | None:
-    """The key (text, base64 flag) all entries of an uncompressed batch share, or None
-    when they have different keys (rare path: a spooled batch of a key-based topic)."""
-    found: tuple[str | None, bool] | None = None
-    offset = 0
-    while offset < len(entries):
-        (metadata_size,) = _U32.unpack_from(entries, offset)
-        metadata = pb.SingleMessageMetadata.FromString(
-            entries[offset + 4 : offset + 4 + metadata_size]
-        )
-        key = metadata.partition_key if metadata.HasField("partition_key") else None
-        this = (key, metadata.partition_key_b64_encoded if key is not None else False)
-        if found is not None and this != found:
-            return None
-        found = this
-        offset += 4 + metadata_size + metadata.payload_size
-    return found
-
-
 def batch_entries_of(batch: SealedBatch) -> bytes:
-    """The uncompressed entries of a batch already framed for sending (rare path: spooling)."""
+    """The uncompressed entries of a batch already framed for sending (rare path: spooling),
+    with the sequence ids the framing stamped on them (see ``batch.entries``)."""
     frame = decode_frame_body(batch.frame[4:])
     assert frame.metadata is not None
     metadata = frame.metadata

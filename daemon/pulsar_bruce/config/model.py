@@ -164,7 +164,9 @@ class Config(TopicSettings, _ProcessOptions):
         "(0: never)", "SECONDS")
     max_send_attempts: int = option(
         10, parse_non_negative_int,
-        "a batch written this many times is discarded as retries_exhausted (0: no limit)", "N")
+        "a batch the broker failed this many times (send error, overdue or mismatched "
+        "receipt) is discarded as retries_exhausted; resends after a lost connection or a "
+        "producer the broker closed (restart, unload) do not count (0: no limit)", "N")
     receipt_timeout_s: float = option(
         30.0, parse_positive_number,
         "a batch unconfirmed this long makes the daemon reconnect and resend", "SECONDS")
@@ -186,8 +188,8 @@ class Config(TopicSettings, _ProcessOptions):
         "with a spool: no broker reachable this long sends new messages to disk", "SECONDS")
     producer_name_prefix: str = option(
         "auto", parse_text,
-        "producer names stable across restarts (auto: from host and socket; empty: "
-        "the broker names them)", "TEXT")
+        "producer names stable across restarts: PREFIX-<host>-<hash of --socket> "
+        "(auto: pulsar-bruce-<host>-<hash>; empty: the broker names them)", "TEXT")
     discard_log: str = option(
         "", parse_optional_dir,
         "file for one JSON line per discarded or possibly duplicated message (empty: off)",

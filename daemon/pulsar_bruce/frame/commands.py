@@ -110,14 +110,14 @@ def batch_metadata(
     num_messages: int,
     compression: int,
     uncompressed_size: int,
-    partition_key: str | None = None,
-    partition_key_b64: bool = False,
+    first_key: tuple[str | None, bool] = (None, False),
 ) -> bytes:
     """Serialized ``MessageMetadata`` for one batch of ``num_messages`` messages.
 
-    ``partition_key``: the one key of a key-based batch, which Key_Shared
-    subscriptions dispatch by (as the Java client's ``BatchMessageKeyBasedContainer``
-    sets it).
+    ``first_key``: the first message's ``partition_key`` and base64 flag, which
+    the batch carries as its own (the Java client's ``BatchMessageContainerImpl``
+    does, through ``Commands.initBatchMessageMetadata``): Key_Shared subscriptions
+    dispatch the whole batch by it.
     """
     md = pb.MessageMetadata(
         producer_name=producer_name,
@@ -129,6 +129,7 @@ def batch_metadata(
     if compression:
         md.compression = compression  # type: ignore[assignment]
         md.uncompressed_size = uncompressed_size
+    partition_key, partition_key_b64 = first_key
     if partition_key is not None:
         md.partition_key = partition_key
         if partition_key_b64:

@@ -13,8 +13,8 @@ class SealedBatch:
 
     Until it is first sent, ``payload`` is the uncompressed run of entries (so
     a batch too large for the broker can still be split); at first send it is
-    compressed, given its sequence ids and framed, and the frame is kept for
-    resends.
+    given its sequence ids (each entry its own), compressed and framed, and the
+    frame is kept for resends.
     """
 
     count: int
@@ -30,10 +30,10 @@ class SealedBatch:
     created_at: float = 0.0
     sent_at: float = 0.0
     send_attempts: int = 0
-    #: Key-based batching: the one key of all the batch's messages, for the batch's metadata
-    #: (None: no key, or messages of several keys).
-    partition_key: str | None = None
-    partition_key_b64: bool = False
+    #: Times the producer was re-created because the broker failed this batch (a send error,
+    #: an overdue or a mismatched receipt): what ``--max-send-attempts`` bounds.  Writes lost
+    #: with a connection or a producer the broker closed (restart, unload) do not count.
+    failed_sends: int = 0
     #: A batch back from the spool that keeps its sequence ids: the producer name they
     #: belong to (empty otherwise).
     producer_name: str = ""

@@ -13,7 +13,7 @@
 
 static PyObject *S_max_message_bytes, *S_rate_budget, *S_key_hash, *S_buffered_bytes,
     *S_memory_limit, *S_producers, *S_round_robin, *S_batch, *S_ready, *S_max_batch_bytes,
-    *S_key_field, *S_tags, *S_policy, *S_max_messages, *S_key_based, *S_outstanding, *S_seal,
+    *S_tags, *S_policy, *S_max_messages, *S_key_based, *S_outstanding, *S_seal,
     *S_batch_sealed, *S_batch_opened, *S_tag_last, *S_tag, *S_count;
 
 /* Within one admit() or admit_records() call, Python code runs only at the call-outs
@@ -220,29 +220,13 @@ static int add_to_last_run(PyObject *tags, PyObject *tag, int *pending) {
     return 0;
 }
 
-/* Appender.append for a batch that is an Entries. */
-static int append(Admitter *self, PyObject *producer, Entries *batch, PyObject *key_field,
-                  long long timestamp, const char *value, Py_ssize_t value_size,
-                  long long charge, PyObject *tag) {
-    if (load_producer_limits(self, producer) < 0) return -1;
-    if (batch->count) {
-        int seal = batch->charged + charge > self->max_batch_bytes;
-        if (!seal) {
-            PyObject *batch_key = PyObject_GetAttr((PyObject *)batch, S_key_field);
-            if (!batch_key) return -1;
-            if (batch_key != Py_None) {
-                int same = PyObject_RichCompareBool(key_field, batch_key, Py_EQ);
-                if (same < 0) { Py_DECREF(batch_key); return -1; }
-                seal = !same;
-            }
-            Py_DECREF(batch_key);
-        }
-        if (seal && seal_and_report(self, producer) < 0) return -1;
-    }
-    if (pb_entries_add(batch, PyBytes_AS_STRING(key_field), PyBytes_GET_SIZE(key_field), timestamp,
+/* The message into ``into`` (the open batch, or its key's) and its tag runs. */
+static int add_tagged(Admitter *self, Entries *into, PyObject *key_field, long long timestamp,
+                      const char *value, Py_ssize_t value_size, long long charge, PyObject *tag) {
+    if (pb_entries_add(into, PyBytes_AS_STRING(key_field), PyBytes_GET_SIZE(key_field), timestamp,
                     value, value_size, charge) < 0)
         return -1;
-    PyObject *tags = PyObject_GetAttr((PyObject *)batch, S_tags);
+    PyObject *tags = PyObject_GetAttr((PyObject *)into, S_tags);
     if (!tags) return -1;
     int tagged = tag != Py_None || tags != Py_None;
     if (tagged && add_to_last_run(tags, tag, &tagged) < 0) {
@@ -252,14 +236,30 @@ static int append(Admitter *self, PyObject *producer, Entries *batch, PyObject *
     Py_DECREF(tags);
     if (tagged) {  /* a new run, or the first tags of the batch: BatchBuilder.tag_last */
         if (settle(self) < 0) return -1;
-        PyObject *done = PyObject_CallMethodOneArg((PyObject *)batch, S_tag_last, tag);
+        PyObject *done = PyObject_CallMethodOneArg((PyObject *)into, S_tag_last, tag);
         if (!done) return -1;
         Py_DECREF(done);
     }
+    return 0;
+}
+
+/* Appender.append for a batch that is an Entries; with key-based batching the message goes
+ * into its key's batch (pb_key_batch's BatchBuilder() reads no ledger or limit: no settle). */
+static int append(Admitter *self, PyObject *producer, Entries *batch, PyObject *key_field,
+                  long long timestamp, const char *value, Py_ssize_t value_size,
+                  long long charge, PyObject *tag) {
+    if (load_producer_limits(self, producer) < 0) return -1;
+    if (batch->count && batch->charged + charge > self->max_batch_bytes &&
+        seal_and_report(self, producer) < 0)
+        return -1;
+    if (load_producer_limits(self, producer) < 0) return -1;
+    int keyed = batch->keys != NULL || (!batch->count && self->key_based);
+    Entries *into = keyed ? pb_key_batch(batch, key_field, charge) : batch;
+    if (!into) return -1;
+    int failed = add_tagged(self, into, key_field, timestamp, value, value_size, charge, tag);
+    if (keyed) Py_DECREF(into);
+    if (failed) return -1;
     if (batch->count == 1) {
-        if (load_producer_limits(self, producer) < 0) return -1;
-        if (self->key_based && PyObject_SetAttr((PyObject *)batch, S_key_field, key_field) < 0)
-            return -1;
         if (settle(self) < 0) return -1;
         PyObject *done = PyObject_CallMethodOneArg(self->events, S_batch_opened, producer);
         if (!done) return -1;
@@ -581,7 +581,7 @@ int pb_admitter_names(void) {
         {&S_key_hash, "key_hash"}, {&S_buffered_bytes, "buffered_bytes"},
         {&S_memory_limit, "memory_limit"}, {&S_producers, "producers"},
         {&S_round_robin, "_round_robin"}, {&S_batch, "batch"}, {&S_ready, "ready"},
-        {&S_max_batch_bytes, "max_batch_bytes"}, {&S_key_field, "key_field"}, {&S_tags, "tags"},
+        {&S_max_batch_bytes, "max_batch_bytes"}, {&S_tags, "tags"},
         {&S_policy, "policy"}, {&S_max_messages, "max_messages"}, {&S_key_based, "key_based"},
         {&S_outstanding, "outstanding"}, {&S_seal, "seal"}, {&S_batch_sealed, "batch_sealed"},
         {&S_batch_opened, "batch_opened"}, {&S_tag_last, "tag_last"},

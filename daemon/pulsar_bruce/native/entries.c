@@ -15,9 +15,72 @@ static int entries_reserve(Entries *self, Py_ssize_t more) {
     return 0;
 }
 
+static int entries_traverse(Entries *self, visitproc visit, void *arg) {
+    Py_VISIT(self->keys);
+    return 0;
+}
+
+static int entries_clear(Entries *self) {
+    Py_CLEAR(self->keys);
+    return 0;
+}
+
 static void entries_dealloc(Entries *self) {
+    PyObject_GC_UnTrack(self);
+    Py_CLEAR(self->keys);
     PyMem_Free(self->data);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The partition_key field (and base64 flag) of a key field, after the properties (field 1)
+ * a Message record puts first (a new reference): batch/entries.py key_part. */
+static PyObject *key_part(PyObject *key_field) {
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(key_field);
+    Py_ssize_t size = PyBytes_GET_SIZE(key_field), offset = 0;
+    while (offset < size && p[offset] == 0x0A) {
+        uint64_t length = 0;
+        int shift = 0;
+        offset++;
+        for (;;) {
+            if (offset >= size || shift > 63) {
+                PyErr_SetString(PyExc_ValueError, "malformed batch entries");
+                return NULL;
+            }
+            unsigned char byte = p[offset++];
+            length |= (uint64_t)(byte & 0x7F) << shift;
+            shift += 7;
+            if (byte < 0x80) break;
+        }
+        offset = length > (uint64_t)(size - offset) ? size : offset + (Py_ssize_t)length;
+    }
+    if (offset == 0) { Py_INCREF(key_field); return key_field; }
+    return PyBytes_FromStringAndSize((const char *)p + offset, size - offset);
+}
+
+/* BatchBuilder.key_batch (batch/batch_builder.py): the open batch of key_field's key (a
+ * new reference), made by calling root's type at the key's first message; root's totals
+ * count one more message of ``charge``. */
+Entries *pb_key_batch(Entries *root, PyObject *key_field, long long charge) {
+    if (!root->keys && !(root->keys = PyDict_New())) return NULL;
+    PyObject *key = key_part(key_field);
+    if (!key) return NULL;
+    PyObject *batch = PyDict_GetItemWithError(root->keys, key);
+    if (batch) {
+        Py_INCREF(batch);
+    } else if (!PyErr_Occurred()) {
+        batch = PyObject_CallNoArgs((PyObject *)Py_TYPE(root));
+        if (batch && PyDict_SetItem(root->keys, key, batch) < 0) Py_CLEAR(batch);
+    }
+    Py_DECREF(key);
+    if (batch && !PyObject_TypeCheck(batch, &pb_EntriesType)) {
+        Py_DECREF(batch);
+        PyErr_SetString(PyExc_TypeError, "a key's batch is not a compiled BatchBuilder");
+        return NULL;
+    }
+    if (!batch) return NULL;
+    root->count += 1;
+    root->charged += charge;
+    return (Entries *)batch;
 }
 
 /* One entry: [u32 size][key_field payload_size (event_time)][value]; returns the bytes
@@ -101,6 +164,21 @@ static int entries_set_long(long long *field, PyObject *value) {
     return 0;
 }
 static int entries_set_count(Entries *self, PyObject *v, void *c) { return entries_set_long(&self->count, v); }
+
+static PyObject *entries_get_keys(Entries *self, void *c) {
+    PyObject *keys = self->keys ? self->keys : Py_None;
+    Py_INCREF(keys);
+    return keys;
+}
+static int entries_set_keys(Entries *self, PyObject *value, void *c) {
+    if (value && value != Py_None && !PyDict_CheckExact(value)) {
+        PyErr_SetString(PyExc_TypeError, "keys must be a dict or None");
+        return -1;
+    }
+    PyObject *keys = value && value != Py_None ? (Py_INCREF(value), value) : NULL;
+    Py_XSETREF(self->keys, keys);
+    return 0;
+}
 static int entries_set_charged(Entries *self, PyObject *v, void *c) { return entries_set_long(&self->charged, v); }
 
 static PyMethodDef entries_methods[] = {
@@ -115,6 +193,8 @@ static PyGetSetDef entries_getset[] = {
     {"count", (getter)entries_get_count, (setter)entries_set_count, "messages in the batch", NULL},
     {"charged", (getter)entries_get_charged, (setter)entries_set_charged,
      "memory charged for them", NULL},
+    {"keys", (getter)entries_get_keys, (setter)entries_set_keys,
+     "key-based batching: each key's open batch, by key field (None: one batch)", NULL},
     {NULL},
 };
 
@@ -123,9 +203,11 @@ PyTypeObject pb_EntriesType = {
     .tp_name = "pulsar_bruce.native._intake.Entries",
     .tp_doc = "A batch's entries, [u32 size][SingleMessageMetadata][value] each.",
     .tp_basicsize = sizeof(Entries),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
     .tp_dealloc = (destructor)entries_dealloc,
+    .tp_traverse = (traverseproc)entries_traverse,
+    .tp_clear = (inquiry)entries_clear,
     .tp_methods = entries_methods,
     .tp_getset = entries_getset,
 };

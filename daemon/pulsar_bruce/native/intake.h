@@ -3,8 +3,10 @@
  * The files, each with its pure-Python twin (the differential tests compare them):
  *   parse.c     the datagram parser and the stream record splitter
  *               (parse/datagram.py parse_datagram_py, input/stream_session.py split_records_py)
- *   entries.c   a batch's entry buffer (batch/batch_builder.py _PyEntries)
+ *   entries.c   a batch's entry buffer (batch/batch_builder.py _PyEntries), each key's
+ *               batch with key-based batching (BatchBuilder.key_batch)
  *   admitter.c  Intake.admit for the common case (route/intake.py admit_py)
+ *   stamp.c     per-entry sequence ids at first send (batch/entries.py stamp_sequence_ids_py)
  *   receiver.c  the recvmmsg receive thread, without the GIL (input/socket_reader.py)
  *   module.c    the module
  */
@@ -63,12 +65,16 @@ typedef struct {
     unsigned char *data;
     Py_ssize_t size, capacity;
     long long count, charged;
+    PyObject *keys;  /* key-based batching: each key's open batch (a dict), or NULL */
 } Entries;
 
 extern PyTypeObject pb_EntriesType;
 Py_ssize_t pb_entries_add(Entries *self, const char *key_field, Py_ssize_t key_size,
                           long long timestamp, const char *value, Py_ssize_t payload_size,
                           long long charge);
+Entries *pb_key_batch(Entries *root, PyObject *key_field, long long charge);
+
+PyObject *pb_stamp_sequence_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 extern PyTypeObject pb_AdmitterType;
 /* Interns the attribute names the admitter reads; 0, or -1 with an exception. */

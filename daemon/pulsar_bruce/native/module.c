@@ -13,6 +13,8 @@ static PyMethodDef module_methods[] = {
      "or a discard reason"},
     {"split_records", (PyCFunction)(void (*)(void))pb_split_records, METH_FASTCALL,
      "split_records(buffer, offset, max_record_bytes) -> the complete stream records"},
+    {"stamp_sequence_ids", (PyCFunction)(void (*)(void))pb_stamp_sequence_ids, METH_FASTCALL,
+     "stamp_sequence_ids(payload, first_id, count) -> the entries, each with its sequence id"},
     {NULL},
 };
 

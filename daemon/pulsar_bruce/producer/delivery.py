@@ -38,5 +38,6 @@ class DeliveryPolicy:
     receipt_timeout_s: float = 30.0
     #: A batch not acked this long after it was sealed is discarded (0: never).
     send_timeout_s: float = 30.0
-    #: A batch already written this many times is not written again (0: no limit).
+    #: A batch the broker failed this many times is not written again (0: no limit); see
+    #: ``SealedBatch.failed_sends``.
     max_send_attempts: int = 10

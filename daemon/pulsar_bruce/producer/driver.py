@@ -33,11 +33,21 @@ from pulsar_bruce.connection.broker_connection import (
 from pulsar_bruce.connection.pool import BrokerAddress, ConnectionPool, TopicLookupError
 from pulsar_bruce.frame import commands
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
+from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.producer.backoff import Backoff
 from pulsar_bruce.producer.delivery import DeliveryListener, DeliveryPolicy
-from pulsar_bruce.producer.faults import error_name, frame_intact, is_permanent
+from pulsar_bruce.producer.faults import (
+    Refusal,
+    count_failure,
+    creation_refusal,
+    error_name,
+    frame_intact,
+    is_permanent,
+    unstored_reason,
+)
 from pulsar_bruce.producer.partition_producer import PartitionProducer, ReceiptMatch
 from pulsar_bruce.producer.send_timeout import SendTimeout
+from pulsar_bruce.producer.topic_size import halves_for_topic_limit, over_topic_limit
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +82,12 @@ class ProducerDriver:
         #: Why the producer is being closed and re-created on its connection (None: it is not).
         self._recreating: str | None = None
         self._task: asyncio.Task[None] | None = None
+        #: Batch bytes at most, learnt from the topic's own size limit (see ``topic_size``).
+        self.topic_batch_limit = 1 << 62
+        #: The max-producers limit refused us and was logged (again after a success).
+        self._at_limit = False
+        #: Reasons of -1:-1 receipts already logged at warning level.
+        self._unstored_logged: set[str] = set()
         self._backoff = Backoff()
         self._loop = asyncio.get_running_loop()
         self.send_timeout = SendTimeout(
@@ -106,29 +122,9 @@ class ProducerDriver:
         while True:
             try:
                 await self._connect()
-            except (TopicLookupError, ServerError) as exc:
-                if is_permanent(exc.error):
-                    self._reject(error_name(exc.error), str(exc))
-                elif exc.error == pb.ProducerBusy and producer.name_is_ours and producer.name:
-                    self.listener.producer_name_conflict(producer.topic, producer.name)
-                delay = self._backoff.next_delay()
-                log.warning(
-                    "producer for %s not connected (%s); retrying in %.1f s",
-                    producer.topic,
-                    exc,
-                    delay,
-                )
-                await asyncio.sleep(delay)
-                continue
-            except (TimeoutError, ConnectionClosedError, OSError) as exc:
-                delay = self._retry_delay()
-                log.warning(
-                    "producer for %s not connected (%s); retrying in %.1f s",
-                    producer.topic,
-                    exc or type(exc).__name__,
-                    delay,
-                )
-                await asyncio.sleep(delay)
+            except (TopicLookupError, ServerError, TimeoutError, ConnectionClosedError,
+                    OSError) as exc:  # fmt: skip
+                await asyncio.sleep(self._not_connected(exc))
                 continue
             await self._lost.wait()
             if self._recreating is not None:
@@ -137,6 +133,30 @@ class ProducerDriver:
             delay = self._retry_delay()
             log.info("producer for %s reconnecting in %.2f s", producer.topic, delay)
             await asyncio.sleep(delay)
+
+    def _not_connected(self, exc: Exception) -> float:
+        """Act on a failed creation (:func:`creation_refusal`) and log it; the delay to wait.
+
+        ProducerBusy for the topic's max-producers limit is no name conflict: logged once
+        and retried.  A permanent refusal discards what waits (:meth:`_reject`).
+        """
+        producer = self.producer
+        refusal, error = creation_refusal(exc)
+        answered = isinstance(exc, (TopicLookupError, ServerError)) or error is not None
+        delay = self._backoff.next_delay() if answered else self._retry_delay()
+        if refusal is Refusal.PERMANENT:
+            self._reject(error_name(error), str(exc))
+        elif refusal is Refusal.NAME_CONFLICT and producer.name_is_ours and producer.name:
+            self.listener.producer_name_conflict(producer.topic, producer.name)
+        elif refusal is Refusal.MAX_PRODUCERS:
+            level = logging.DEBUG if self._at_limit else logging.WARNING
+            self._at_limit = True
+            log.log(level, "%s has reached its max producers limit on the broker (%s); "
+                    "retrying with backoff", producer.topic, exc)  # fmt: skip
+            return delay
+        log.warning("producer for %s not connected (%s); retrying in %.1f s", producer.topic,
+                    exc or type(exc).__name__, delay)  # fmt: skip
+        return delay
 
     def _retry_delay(self) -> float:
         """No wait when the broker named where to go (the Java client reconnects at once)."""
@@ -175,12 +195,21 @@ class ProducerDriver:
         if self._lost.is_set():
             raise ConnectionClosedError("connection lost while creating the producer")
         success = response.producer_success
-        producer.on_registered(
+        renumbered = producer.on_registered(
             success.producer_name, success.last_sequence_id, connection.core.max_message_size
         )
+        if renumbered is not None:
+            log.warning("%s: producer %s: the broker's last sequence id %d is above the %d we "
+                        "assigned (another process used the name); %d batches renumbered, "
+                        "resent as possible duplicates", producer.topic, success.producer_name,
+                        renumbered.broker, renumbered.ours, renumbered.batches)  # fmt: skip
+            if renumbered.resent_messages:
+                self.listener.batches_sent([], renumbered.resent_messages)
+        producer.max_batch_bytes = min(producer.max_batch_bytes, self.topic_batch_limit)
         self.connection = connection
         self._epoch += 1
         self._backoff.reset()
+        self._at_limit = False
         if self.rejected is not None:
             log.info("%s accepts our producer again (was %s)", producer.topic, self.rejected)
             self.rejected = None
@@ -205,8 +234,10 @@ class ProducerDriver:
             commands.close_producer(self.producer.producer_id, connection.next_request_id())
         )
 
-    def _recreate(self, reason: str) -> None:
-        """Close and re-create this producer on its connection; the connection stays up."""
+    def _recreate(self, reason: str, failed: SealedBatch | None = None) -> None:
+        """Close and re-create this producer on its connection; the connection stays up.
+        ``failed``: the batch the broker failed, charged one of its ``--max-send-attempts``."""
+        count_failure(failed)
         if self.connection is None or self._lost.is_set():
             return  # already being re-created or reconnected
         log.warning("%s: %s; re-creating the producer", self.producer.topic, reason)
@@ -318,7 +349,9 @@ class ProducerDriver:
             return
         waited = time.monotonic() - producer.pending[0].sent_at
         if waited >= self.receipt_timeout_s:
-            self._recreate(f"no receipt from {producer.topic} for {waited:.0f} s")
+            self._recreate(
+                f"no receipt from {producer.topic} for {waited:.0f} s", producer.pending[0]
+            )
         else:
             self._receipt_check = self._loop.call_later(
                 self.receipt_timeout_s - waited, self._check_receipts
@@ -327,12 +360,22 @@ class ProducerDriver:
     # -- ProducerListener -------------------------------------------------------------
 
     def on_receipt(self, receipt: pb.CommandSendReceipt) -> None:
-        match, batch = self.producer.on_receipt(receipt.sequence_id)
-        if batch is not None:
+        producer = self.producer
+        match, batch = producer.on_receipt(receipt.sequence_id)
+        reason = None if batch is None else unstored_reason(producer.topic, receipt, batch)
+        if batch is not None and reason is None:
             self.listener.batch_acked(batch, time.monotonic() - batch.sent_at)
+        elif batch is not None and reason is not None:
+            self.listener.batch_discarded(batch, reason)
+            level = logging.DEBUG if reason in self._unstored_logged else logging.WARNING
+            self._unstored_logged.add(reason)
+            log.log(level, "%s: receipt for message id -1:-1 (sequence id %d): %d messages not "
+                    "stored, discarded as %s", producer.topic, receipt.sequence_id, batch.count,
+                    reason)  # fmt: skip
         elif match is ReceiptMatch.MISMATCH:
             self._recreate(
-                f"receipt for sequence id {receipt.sequence_id} matches no pending batch"
+                f"receipt for sequence id {receipt.sequence_id} matches no pending batch",
+                producer.pending[0] if producer.in_flight else None,
             )
 
     def on_send_error(self, error: pb.CommandSendError) -> None:
@@ -358,6 +401,9 @@ class ProducerDriver:
             else:
                 self._recreate(f"{name} for sequence id {error.sequence_id}, never sent")
             return
+        if error.error == pb.NotAllowedError and over_topic_limit(error.message):
+            self._fit_topic_limit(batch)
+            return
         if is_permanent(error.error) or (
             error.error == pb.ChecksumError and not frame_intact(batch.frame)
         ):
@@ -374,7 +420,27 @@ class ProducerDriver:
                 self._recreate(name)
             return
         log.warning("send error on %s: %s %s; will resend", where, name, error.message)
-        self._recreate(name)
+        self._recreate(name, batch)
+
+    def _fit_topic_limit(self, batch: SealedBatch) -> None:
+        """The topic's own size limit refused ``batch``: resend it in halves, keep later
+        batches below its size, or discard a single message as ``too_large``."""
+        producer = self.producer
+        producer.reject(batch.sequence_id)
+        limit, halves = halves_for_topic_limit(batch)
+        if limit < self.topic_batch_limit:
+            self.topic_batch_limit = limit
+            log.warning("%s refuses a batch of %d bytes (over the topic's maximum message "
+                        "size); batches limited to %d bytes", producer.topic, 2 * limit,
+                        limit)  # fmt: skip
+        producer.max_batch_bytes = min(producer.max_batch_bytes, self.topic_batch_limit)
+        if not halves:
+            log.warning("%s: a message over the topic's maximum message size discarded as "
+                        "too_large", producer.topic)  # fmt: skip
+            self.listener.batch_discarded(batch, reasons.TOO_LARGE)
+            return
+        producer.pending.extend(halves)
+        self.flush()
 
     def on_close_producer(self, assigned_url: str | None = None) -> None:
         if assigned_url is not None:

@@ -6,13 +6,41 @@ Permanent (the topic is terminated or missing, we are not allowed, another
 producer fenced us), and a ``ChecksumError`` on a batch whose own copy is
 corrupt (:func:`frame_intact`): the affected messages are discarded as
 ``broker_rejected`` and the topic is retried with backoff, while every other
-topic keeps flowing.
+topic keeps flowing.  Some codes mean different things by their message:
+``ProducerBusy`` and ``MetadataError`` (:func:`creation_refusal`).
 """
 
 from __future__ import annotations
 
+from enum import Enum
+
+from pulsar_bruce import reasons
+from pulsar_bruce.connection.broker_connection import ConnectionClosedError, ServerError
+from pulsar_bruce.connection.pool import TopicLookupError
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import FrameError, decode_frame_body
+from pulsar_bruce.model.batch import SealedBatch
+
+#: ``ServerCnx.handleProducer`` / ``AbstractTopic``: a ProducerBusy for the topic's limit.
+MAX_PRODUCERS_TEXT = "reached max producers limit"
+#: ``ServerCnx.handleProducer``: the MetadataError of a topic that takes encrypted messages only.
+ENCRYPTION_REQUIRED_TEXT = "Encryption is required"
+#: The message id -1 of a receipt for a message not stored, as the uint64 on the wire.
+NOT_STORED = 2**64 - 1
+_AUTHENTICATION_ERROR = pb.ServerError.Name(pb.AuthenticationError) + ":"
+
+
+class Refusal(Enum):
+    """How a failed producer creation (lookup, connection, ``Producer`` request) is handled."""
+
+    RETRY = "retry"
+    #: Discard what waits as ``broker_rejected``, keep retrying with backoff.
+    PERMANENT = "permanent"
+    #: ``ProducerBusy``: another producer holds our name on the topic.
+    NAME_CONFLICT = "name_conflict"
+    #: ``ProducerBusy``: the topic has its maximum number of producers; retried.
+    MAX_PRODUCERS = "max_producers"
+
 
 PERMANENT_ERRORS = frozenset(
     {
@@ -52,3 +80,64 @@ def frame_intact(frame: bytes) -> bool:
     except FrameError:
         return False
     return offset == len(frame)
+
+
+def creation_refusal(exc: BaseException) -> tuple[Refusal, int | None]:
+    """Classify why creating the producer failed, with the broker's error code if any.
+
+    A refused Connect handshake (AuthenticationError, pulsar-broker ``ServerCnx.handleConnect``)
+    reaches us as a closed connection whose text starts with the code's name (the
+    connection layer's ``HandshakeError``), so it is recognised by that text.
+
+    A backlog quota refuses producers two ways (``BacklogQuotaManager``): under
+    ``producer_exception`` with ``ProducerBlockedQuotaExceededException``, on which the
+    Java client fails its pending sends at once (``ProducerImpl.connectionOpened``):
+    permanent until the backlog shrinks; under ``producer_request_hold`` with
+    ``ProducerBlockedQuotaExceededError``: hold the messages and retry.
+    """
+    text = str(exc)
+    error: int | None = None
+    if isinstance(exc, (ServerError, TopicLookupError)):
+        error = exc.error
+    elif isinstance(exc, ConnectionClosedError) and text.startswith(_AUTHENTICATION_ERROR):
+        error = pb.AuthenticationError
+    if error == pb.ProducerBusy:
+        limit = MAX_PRODUCERS_TEXT in text
+        return (Refusal.MAX_PRODUCERS if limit else Refusal.NAME_CONFLICT), error
+    if (
+        is_permanent(error)
+        or (error == pb.MetadataError and ENCRYPTION_REQUIRED_TEXT in text)
+        or error == pb.ProducerBlockedQuotaExceededException
+    ):
+        return Refusal.PERMANENT, error
+    return Refusal.RETRY, error
+
+
+def unstored_reason(topic: str, receipt: pb.CommandSendReceipt, batch: SealedBatch) -> str | None:
+    """Why a receipt confirms a batch the broker did not store (None: it is stored).
+
+    The Java broker answers message id -1:-1 for a duplicate on a persistent topic
+    (``MessageDeduplication.isDuplicate``, ``Producer.MessagePublishContext``) and for a
+    message it dropped under load on a non-persistent one (``ServerCnx.handleSend``).
+    A duplicate of a batch we wrote before under these very ids (a resend after a lost
+    connection, an unload, a restart from the spool) is our earlier copy, stored once:
+    that is the delivery deduplication exists for, so it counts as acked.  A duplicate
+    of a batch written for the first time is someone else's message under our name and
+    ids (``deduplicated``): this copy is not stored.
+    """
+    if not receipt.HasField("message_id"):
+        return None
+    message_id = receipt.message_id
+    if NOT_STORED not in (message_id.ledgerId, message_id.entryId):
+        return None
+    if topic.startswith("non-persistent://"):
+        return reasons.BROKER_DROPPED
+    if batch.send_attempts > 1 or batch.producer_name:
+        return None
+    return reasons.DEDUPLICATED
+
+
+def count_failure(batch: SealedBatch | None) -> None:
+    """The broker failed ``batch`` (see ``SealedBatch.failed_sends``)."""
+    if batch is not None:
+        batch.failed_sends += 1

@@ -30,10 +30,12 @@ from enum import Enum
 from pulsar_bruce import reasons
 from pulsar_bruce.batch.batch_builder import BatchBuilder, split_batch
 from pulsar_bruce.batch.compression import Compressor
+from pulsar_bruce.batch.entries import first_key_of, stamp_sequence_ids
 from pulsar_bruce.frame import commands
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import DEFAULT_MAX_MESSAGE_SIZE
 from pulsar_bruce.model.batch import SealedBatch
+from pulsar_bruce.producer.sequence_ids import Renumbered, renumber_above
 
 #: Bytes a Send frame adds around the batch payload (command + metadata), generously.
 SEND_FRAME_OVERHEAD = 1024
@@ -66,7 +68,7 @@ class Outgoing:
     #: Messages in ``batches`` that had been sent before (possible duplicates).
     resent_messages: int = 0
     #: Batches removed from the queue, with the discard reason: too large for the
-    #: broker, or written ``max_attempts`` times already.
+    #: broker, or failed by the broker ``max_attempts`` times already.
     rejected: list[tuple[SealedBatch, str]] = field(default_factory=list)
 
 
@@ -90,6 +92,7 @@ class PartitionProducer:
         "compress_skips",
         "compress_skips_left",
         "in_flight",
+        "issued_from",
         "max_batch_bytes",
         "max_message_size",
         "name",
@@ -118,6 +121,9 @@ class PartitionProducer:
         #: True when ``name`` is ours (stable across restarts), not the broker's choice.
         self.name_is_ours = False
         self.next_sequence_id = 0
+        #: The first sequence id this process gave a batch (-1: none yet); a batch replayed from
+        #: the spool whose kept ids reach into ours must be renumbered (``keep_sequence_ids``).
+        self.issued_from = -1
         #: The policy's limit, lowered to what fits the broker's max message size.
         self.max_batch_bytes = policy.max_bytes
         self.max_message_size = DEFAULT_MAX_MESSAGE_SIZE
@@ -129,12 +135,11 @@ class PartitionProducer:
     # -- batching -------------------------------------------------------------
 
     def seal(self) -> SealedBatch | None:
-        """Close the open batch (if any) and queue it for sending."""
+        """Close the open batch (if any: one per key with key-based batching) and queue it for
+        sending; returns the last batch queued."""
         if self.batch.count == 0:
             return None
-        sealed = self.batch.seal()
-        self.pending.append(sealed)
-        return sealed
+        return self.batch.seal_into(self.pending)
 
     @property
     def has_unsent(self) -> bool:
@@ -144,16 +149,16 @@ class PartitionProducer:
 
     def on_registered(
         self, name: str, last_sequence_id: int, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
-    ) -> None:
-        """The broker accepted the producer (``ProducerSuccess``) on a connection."""
+    ) -> Renumbered | None:
+        """The broker accepted the producer (``ProducerSuccess``); returns what was renumbered."""
         self.name = name
         self.max_message_size = max_message_size
         self.set_policy(self.policy)
-        if last_sequence_id + 1 > self.next_sequence_id:
-            self.next_sequence_id = last_sequence_id + 1
+        renumbered = renumber_above(self, last_sequence_id)
         self.ready = True
         self.closing = False
         self.in_flight = 0
+        return renumbered
 
     def set_policy(self, policy: BatchPolicy) -> None:
         """New batching rules (configuration reload); the open batch keeps its messages."""
@@ -181,7 +186,7 @@ class PartitionProducer:
         """Frames for every pending batch not yet written on this connection.
 
         A batch is compressed, numbered and framed the first time it goes out,
-        and given up (``retries_exhausted``) once written ``max_attempts`` times.
+        and given up (``retries_exhausted``) once the broker failed it ``max_attempts`` times.
         Frames never exceed ``max_frame_size`` (the broker's negotiated
         ``max_message_size``): a batch that would is split in halves, and a
         single message that would is sent as chunks (or, if not even its
@@ -199,23 +204,20 @@ class PartitionProducer:
                 if batch.count == 1 and len(batch.payload) > limit:
                     framed = self._frame_single(batch, publish_time_ms, max_frame_size)
                 else:
-                    payload, compression = self._compress(batch.payload)
-                    framed = len(payload) <= limit
-                    if framed:
-                        self._frame(batch, payload, compression, publish_time_ms)
-                    elif batch.count > 1:
+                    framed = self._frame(batch, publish_time_ms, limit)
+                    if not framed and batch.count > 1:
                         first, second = split_batch(batch)
                         pending[index] = first
                         pending.insert(index + 1, second)
                         continue
-                    else:
+                    if not framed:
                         framed = self._frame_single(batch, publish_time_ms, max_frame_size)
                 if not framed:
                     del pending[index]
                     out.rejected.append((batch, reasons.TOO_LARGE))
                     continue
             elif batch.send_attempts:
-                if max_attempts and batch.send_attempts >= max_attempts:
+                if max_attempts and batch.failed_sends >= max_attempts:
                     del pending[index]
                     out.rejected.append((batch, reasons.RETRIES_EXHAUSTED))
                     continue
@@ -254,24 +256,27 @@ class PartitionProducer:
         self.compress_skips = min(2 * self.compress_skips, MAX_COMPRESS_SKIPS)
         return raw, 0
 
-    def _frame(
-        self, batch: SealedBatch, payload: bytes, compression: int, publish_time_ms: int
-    ) -> None:
-        """Give ``batch`` its sequence ids (unless it kept its own) and its Send frame (kept as
-        is for resends)."""
-        if batch.sequence_id < 0:
-            batch.sequence_id = self.next_sequence_id
+    def _frame(self, batch: SealedBatch, publish_time_ms: int, limit: int) -> bool:
+        """Give ``batch`` its sequence ids (unless it kept its own), each entry its own, and its
+        Send frame (kept for resends); False, the batch unchanged, when over ``limit`` bytes."""
+        first_id = batch.sequence_id if batch.sequence_id >= 0 else self.next_sequence_id
+        raw = stamp_sequence_ids(batch.payload, first_id, batch.count)
+        payload, compression = self._compress(raw)
+        if len(payload) > limit:
+            return False
+        if batch.sequence_id < 0 and self.issued_from < 0:
+            self.issued_from = first_id
+        batch.sequence_id = first_id
         self.next_sequence_id = max(self.next_sequence_id, batch.highest_sequence_id + 1)
         metadata = commands.batch_metadata(
             producer_name=self.name or "",
-            sequence_id=batch.sequence_id,
+            sequence_id=first_id,
             highest_sequence_id=batch.highest_sequence_id,
             publish_time_ms=publish_time_ms,
             num_messages=batch.count,
             compression=compression,
-            uncompressed_size=len(batch.payload),
-            partition_key=batch.partition_key,
-            partition_key_b64=batch.partition_key_b64,
+            uncompressed_size=len(raw),
+            first_key=first_key_of(raw),
         )
         batch.frame = commands.send(
             producer_id=self.producer_id,
@@ -282,6 +287,7 @@ class PartitionProducer:
             payload=payload,
         )
         batch.payload = b""  # the frame holds it now
+        return True
 
     def _frame_single(self, batch: SealedBatch, publish_time_ms: int, max_frame_size: int) -> bool:
         """Frame a one-message batch as a non-batched message, in chunks when it is larger
@@ -306,6 +312,7 @@ class PartitionProducer:
             return False
         if batch.sequence_id < 0:
             batch.sequence_id = self.next_sequence_id
+            self.issued_from = batch.sequence_id if self.issued_from < 0 else self.issued_from
         self.next_sequence_id = max(self.next_sequence_id, batch.sequence_id + 1)
         batch.frame = b"".join(frames)
         batch.frames = len(frames)

@@ -1,17 +1,16 @@
 """Appending routed messages to their partition's open batch, sans-IO.
 
 Shared by the intake (each new message) and the topic manager (messages that
-waited for their topic's partition count).  With key-based batching a batch
-is sealed before a message of another key goes in, so each batch has one key.
-Sealing and the first message of a batch are reported to the edge through
-:class:`BatchEvents`, once per batch.
+waited for their topic's partition count).  With key-based batching the open
+batch keeps one batch per key (``BatchBuilder.keys``); the limits apply to
+their totals, and they are sealed together.  Sealing and the first message of
+a batch are reported to the edge through :class:`BatchEvents`, once per batch.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from pulsar_bruce.batch.batch_builder import single_key_of
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation
 from pulsar_bruce.producer.partition_producer import PartitionProducer
@@ -46,18 +45,16 @@ class Appender:
     ) -> None:
         """Append one message to ``producer``'s open batch, sealing it when full."""
         batch = producer.batch
-        if batch.count and (
-            batch.charged + charge > producer.max_batch_bytes
-            or (batch.key_field is not None and key_field != batch.key_field)
-        ):
+        if batch.count and batch.charged + charge > producer.max_batch_bytes:
             producer.seal()
             self.events.batch_sealed(producer)
-        batch.append(key_field, timestamp, data, value_offset, charge)
-        if confirmation is not None or batch.tags is not None:
-            batch.tag_last(confirmation)
+        into = batch  # the batch the message goes into: with key-based batching, its key's
+        if batch.keys is not None or (not batch.count and producer.policy.key_based):
+            into = batch.key_batch(key_field, charge)  # (the policy counts when a batch opens)
+        into.append(key_field, timestamp, data, value_offset, charge)
+        if confirmation is not None or into.tags is not None:
+            into.tag_last(confirmation)
         if batch.count == 1:
-            if producer.policy.key_based:
-                batch.key_field = key_field
             self.events.batch_opened(producer)
         if batch.count >= producer.policy.max_messages or batch.charged >= producer.max_batch_bytes:
             producer.seal()
@@ -67,10 +64,6 @@ class Appender:
         """A batch back from the spool goes to its partition (or any, if that is gone)."""
         producers = topic.producers
         producer = producers[partition] if 0 <= partition < len(producers) else topic.choose_any()
-        if producer.policy.key_based and batch.partition_key is None and not batch.frame:
-            key = single_key_of(batch.payload)  # its one key, for Key_Shared dispatch
-            if key is not None:
-                batch.partition_key, batch.partition_key_b64 = key
         if batch.sequence_id >= 0:
             keep_sequence_ids(producer, batch)
         else:
@@ -102,18 +95,22 @@ def keep_sequence_ids(producer: PartitionProducer, batch: SealedBatch) -> None:
 
     Broker deduplication (pulsar-broker ``MessageDeduplication.isDuplicate``) drops
     a batch whose ``sequence_id`` is at most the highest one it has seen from that
-    producer name, so the replay is dropped exactly when the broker had stored it.
-    That needs the same producer name, and ids above everything this producer has
-    numbered since (or the broker would drop it, or drop a later batch for it):
-    the batch goes before the batches not numbered yet, and the producer's next
-    ids start after it.  Otherwise it is numbered afresh, like a new batch.
+    producer name, so the replay is dropped exactly when the broker had stored it
+    (its receipt, for message id -1:-1, then confirms our earlier copy).  That
+    needs the same producer name, and ids that no batch of this run has taken:
+    this run numbers from ``issued_from`` on (after the broker's
+    ``last_sequence_id``, so an id below it is one the broker has, and the replay
+    keeps it even when it is queued after this run's batches); a replay whose ids
+    reach into this run's was never stored, and is numbered afresh, like a new
+    batch.  A kept batch goes before the batches not numbered yet, and the
+    producer's next ids start after it.
     """
     pending = producer.pending
-    if (
-        not producer.name_is_ours
-        or batch.producer_name != producer.name
-        or batch.sequence_id < producer.next_sequence_id
-    ):
+    taken = producer.issued_from >= 0 and (
+        producer.issued_from <= batch.highest_sequence_id
+        and batch.sequence_id < producer.next_sequence_id
+    )
+    if not producer.name_is_ours or batch.producer_name != producer.name or taken:
         batch.sequence_id, batch.producer_name = -1, ""
         pending.append(batch)
         return
@@ -121,4 +118,4 @@ def keep_sequence_ids(producer: PartitionProducer, batch: SealedBatch) -> None:
     while index > producer.in_flight and pending[index - 1].sequence_id < 0:
         index -= 1  # not numbered yet: they get ids after this batch, so go after it
     pending.insert(index, batch)
-    producer.next_sequence_id = batch.highest_sequence_id + 1
+    producer.next_sequence_id = max(producer.next_sequence_id, batch.highest_sequence_id + 1)

@@ -156,7 +156,8 @@ class TopicDelivery:
             log.error(
                 "%s refuses our producer name %r (ProducerBusy): another producer already "
                 "uses it there, most likely another pulsar-bruce with the same "
-                "--producer-name-prefix; give each daemon its own --producer-name-prefix. "
+                "--producer-name-prefix, host name and --socket; give each daemon its own "
+                "--producer-name-prefix. "
                 "Retrying with backoff (pulsar_bruce_producer_name_conflicts_total counts these)",
                 broker_topic,
                 name,

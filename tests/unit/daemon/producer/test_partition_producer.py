@@ -161,7 +161,7 @@ def test_send_frame_with_lz4_records_compression_and_uncompressed_size() -> None
     compression, compressor = CODECS["lz4"]
     producer = make_producer(BatchPolicy(compression=compression, compressor=compressor))
     add_batch(producer, 20, prefix=b"repetitive value ")
-    raw_size = len(producer.pending[0].payload)
+    raw_size = len(producer.pending[0].payload) + 20 * 2  # + each entry's 2-byte sequence_id
     producer.on_registered("p-1", -1)
     (frame,) = producer.frames_to_send(PUBLISH_TIME).frames
     decoded = decode(frame)
@@ -502,12 +502,13 @@ def test_buffered_messages_counts_open_and_pending(count: int) -> None:
     assert producer.buffered_messages == count
 
 
-def test_a_batch_written_max_attempts_times_is_given_up() -> None:
+def test_a_batch_the_broker_failed_max_attempts_times_is_given_up() -> None:
     producer = make_producer()
     add_batch(producer, 3)
     producer.on_registered("p-1", -1)
     for _ in range(2):
         assert len(producer.frames_to_send(PUBLISH_TIME, max_attempts=2).frames) == 1
+        producer.pending[0].failed_sends += 1  # the driver's count_failure
         producer.on_disconnected()
         producer.on_registered("p-1", -1)
     out = producer.frames_to_send(PUBLISH_TIME, max_attempts=2)

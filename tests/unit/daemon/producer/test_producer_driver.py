@@ -219,14 +219,15 @@ def test_a_broker_closing_the_producer_makes_it_register_again_and_resend() -> N
     run_connected(body)
 
 
-def test_a_batch_written_max_send_attempts_times_is_given_up() -> None:
+def test_a_batch_the_broker_failed_max_send_attempts_times_is_given_up() -> None:
     async def body(rig: Rig) -> None:
         rig.seal(1)
-        rig.pool.connection.lose()
-        await rig.connected(2)
-        rig.pool.connection.lose()
-        await rig.connected(3)
-        assert rig.pool.opened[2].sends == []
+        connection = rig.pool.connection
+        connection.send_error(PRODUCER_ID, 0, pb.PersistenceError)
+        await until(lambda: len(connection.sends) == 2, "the resend after re-creation")
+        connection.send_error(PRODUCER_ID, 0, pb.PersistenceError)
+        await until(lambda: rig.listener.discarded, "the batch to be given up")
+        assert len(connection.sends) == 2
         assert [b.count for b in rig.listener.discarded_for(reasons.RETRIES_EXHAUSTED)] == [1]
 
     delivery = DeliveryPolicy(receipt_timeout_s=3600.0, send_timeout_s=0, max_send_attempts=2)

@@ -1,9 +1,12 @@
 """Spool replay keeps a sent batch's producer name and sequence ids (sans-IO parts).
 
-Broker deduplication (pulsar-broker ``MessageDeduplication.isDuplicate``) drops
-a batch whose ``sequence_id`` is at most the highest it has stored for that
-producer name.  So a replayed batch may keep its ids only under the same name
-and only ahead of every id the producer has used since; and it must be sent
+Broker deduplication (pulsar-broker ``MessageDeduplication.isDuplicate``; the fake
+broker's model is ``tests/support/fake_dedup.py``) judges a batch by its
+``sequence_id`` against the highest id seen for the name the producer registered
+with: at most the highest persisted, it is dropped (a receipt for message id
+-1:-1); at most the highest pushed but not persisted yet, it fails with
+``PersistenceError``.  So a replayed batch may keep its ids only under the same
+name and only ahead of every id the producer has used since; and it must be sent
 before any batch numbered after it, or the broker would drop it (or a later one).
 """
 
@@ -110,9 +113,24 @@ def test_a_replay_is_numbered_afresh_when_the_broker_names_the_producer() -> Non
 def test_a_replay_behind_ids_already_used_is_numbered_afresh() -> None:
     topic = topic_with_producer()
     (producer,) = topic.producers
-    producer.next_sequence_id = 20  # this run has sent up to 19 already
+    producer.issued_from, producer.next_sequence_id = 0, 20  # this run has sent 0..19 already
     Appender(Events()).queue_sealed(topic, 0, spooled(10))
     assert sent_ids(producer, 19) == [(20, 21)]
+
+
+def test_a_replay_after_registration_keeps_ids_the_broker_already_has() -> None:
+    """The producer registered before the spool was read: the broker's last_sequence_id (15)
+    moved our next id past the replay's, but this run took none of them; the replay keeps
+    its ids, so the broker recognises the copy it stored (no second copy)."""
+    topic = topic_with_producer()
+    (producer,) = topic.producers
+    producer.on_registered("edge", 15)
+    producer.batch.append(b"", 0, b"new", 0, 30)
+    producer.seal()
+    assert sent_ids(producer, 15) == [(16, 16)]  # this run's first batch
+    Appender(Events()).queue_sealed(topic, 0, spooled(10))  # stored by the last run
+    Appender(Events()).queue_sealed(topic, 0, spooled(16))  # reaches into this run's ids
+    assert [b.sequence_id for b in producer.pending] == [16, 10, -1]
 
 
 def test_a_replayed_batch_goes_after_batches_already_numbered() -> None:
