@@ -87,6 +87,8 @@ BASE_CONFIG: dict[str, str] = {
     "httpServerEnabled": "false",
     "statsProviderClass": "org.apache.bookkeeper.stats.NullStatsProvider",
     "exposeTopicLevelMetricsInPrometheus": "false",
+    # Backlog quotas checked every second, not every minute (the backlog quota tests).
+    "backlogQuotaCheckIntervalInSeconds": "1",
 }
 
 
@@ -147,10 +149,15 @@ class ApachePulsar:
         workdir: Path,
         extra_config: Mapping[str, str] | None = None,
         heap: str = "768m",
+        *,
+        port: int | None = None,
+        web_port: int | None = None,
     ):
+        """``port`` / ``web_port``: the broker's and the admin API's ports (default: free ones,
+        picked here; ``make run PULSAR=apache`` fixes the broker's at 6650)."""
         self.workdir = workdir
-        self.port = free_port()
-        self.web_port = free_port()
+        self.port = port or free_port()
+        self.web_port = web_port or free_port()
         self.bookie_port = free_port()
         self.url = f"pulsar://127.0.0.1:{self.port}"
         self.web_url = f"http://127.0.0.1:{self.web_port}"
@@ -163,6 +170,11 @@ class ApachePulsar:
         self.admin = Admin(self.web_url, self.settings.get("brokerClientAuthenticationParameters"))
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "standalone.conf").write_text(render_config(self.settings))
+
+    @property
+    def tls_url(self) -> str:
+        """``pulsar+ssl://`` on ``brokerServicePortTls`` (which ``extra_config`` must set)."""
+        return f"pulsar+ssl://127.0.0.1:{self.settings['brokerServicePortTls']}"
 
     @property
     def log_path(self) -> Path:
@@ -305,6 +317,10 @@ class Admin:
 
     def topic_stats(self, topic: str) -> Any:
         return self.get_json(f"/admin/v2/{topic_path(topic)}/stats")
+
+    def internal_stats(self, topic: str) -> Any:
+        """The managed ledger's view: ``numberOfEntries`` counts broker entries (batches)."""
+        return self.get_json(f"/admin/v2/{topic_path(topic)}/internalStats")
 
     def partitioned_stats(self, topic: str) -> Any:
         return self.get_json(f"/admin/v2/{topic_path(topic)}/partitioned-stats?perPartition=true")

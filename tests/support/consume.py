@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -17,11 +18,16 @@ class Received:
     properties: dict[str, str]
 
 
-def consume(service_url: str, topic: str, count: int, timeout: float = 30.0) -> list[Received]:
-    """Read ``count`` messages from the beginning of ``topic`` with the official client."""
+def consume(
+    service_url: str, topic: str, count: int, timeout: float = 30.0, **client_options: Any
+) -> list[Received]:
+    """Read ``count`` messages from the beginning of ``topic`` with the official client;
+    ``client_options``: more ``pulsar.Client`` arguments (``authentication``, TLS files)."""
     import pulsar
 
-    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    client = pulsar.Client(
+        service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error), **client_options
+    )
     try:
         consumer = client.subscribe(
             topic,

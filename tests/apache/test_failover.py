@@ -1,0 +1,310 @@
+"""Failover on Apache Pulsar with broker deduplication: nothing lost, nothing stored twice.
+
+Each test runs on a namespace of its own with deduplication enabled, sends unique
+values (a counter) while something fails (topic unloads, a broker SIGKILL, a
+daemon restart on its spool) and reads the topic back with the official client:
+the multiset read back must be exactly the set of values sent.  Reading goes on
+past the expected count until the topic has been quiet for a while, so a value
+stored twice shows up as a second copy.
+
+The daemon's counters are checked with the accounting identity only
+(``received == acked + discarded + buffered``): a receipt the broker marks as a
+duplicate (message id -1:-1) is counted as the discard ``deduplicated``, which is
+no loss (the broker had stored the message already), so that is the only discard
+reason allowed here.  What the official client reads back is the truth.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.support.apache_pulsar import ApachePulsar
+from tests.support.processes import Counters, Daemon, wait_for
+
+pytestmark = [pytest.mark.apache, pytest.mark.timeout(180)]
+
+#: Discards that are not a loss: the broker had the batch already.
+HARMLESS_DISCARDS = {"deduplicated"}
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def dedup_namespace(apache: ApachePulsar) -> str:
+    """A namespace of this test's own, with broker deduplication enabled."""
+    namespace = f"public/{unique('failover')}"
+    apache.admin.create_namespace(namespace)
+    apache.admin.set_deduplication(namespace, True)
+    return namespace
+
+
+def value(prefix: str, i: int) -> bytes:
+    return b"%s-%07d" % (prefix.encode(), i)
+
+
+class SteadySender(threading.Thread):
+    """Sends ``value(prefix, i)`` for i in ``range(count)`` to ``topic`` at ``rate`` per second
+    from a thread of its own, recording what the daemon's socket took; stops at the first
+    error (the daemon went away) or when told to."""
+
+    def __init__(self, daemon: Daemon, topic: str, prefix: str, count: int, rate: float):
+        super().__init__(daemon=True, name=f"sender-{prefix}")
+        self.daemon_process = daemon
+        self.topic = topic
+        self.prefix = prefix
+        self.count = count
+        self.rate = rate
+        self.sent: list[bytes] = []
+        self.error: BaseException | None = None
+        self.stop_sending = threading.Event()
+
+    def run(self) -> None:
+        start = time.monotonic()
+        try:
+            with self.daemon_process.sender() as sender:
+                for i in range(self.count):
+                    delay = start + i / self.rate - time.monotonic()
+                    # pacing, not synchronisation: the stop event ends the wait early
+                    if delay > 0 and self.stop_sending.wait(delay):
+                        return
+                    if self.stop_sending.is_set():
+                        return
+                    data = value(self.prefix, i)
+                    sender.send(self.topic, data)
+                    self.sent.append(data)
+        except Exception as exc:  # the daemon went away: the sends that succeeded are the sent
+            self.error = exc
+
+    def at_least(self, n: int) -> Callable[[], bool]:
+        return lambda: len(self.sent) >= n or not self.is_alive()
+
+    def finish(self, timeout: float) -> list[bytes]:
+        self.join(timeout)
+        assert not self.is_alive(), f"{self.name} still sending after {timeout:.0f} s"
+        return list(self.sent)
+
+
+class ReadBack(Counter[bytes]):
+    """Each value read back, how many times; ``copies``: where each copy was stored."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.copies: dict[bytes, list[str]] = {}
+
+
+def read_back(
+    service_url: str, topic: str, expected: int, timeout: float = 60.0, quiet: float = 3.0
+) -> ReadBack:
+    """Every value on ``topic`` from the beginning, with the official client: reads until
+    ``expected`` messages have arrived (or ``timeout``), then on until nothing more came
+    for ``quiet`` seconds, so a value stored twice is read twice."""
+    import pulsar
+
+    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    try:
+        consumer = client.subscribe(
+            topic,
+            f"read-back-{time.monotonic_ns()}",
+            initial_position=pulsar.InitialPosition.Earliest,
+        )
+        values = ReadBack()
+        received = 0
+        deadline = time.monotonic() + timeout
+        quiet_until = float("inf")
+        while True:
+            now = time.monotonic()
+            end = min(deadline + quiet, quiet_until) if received >= expected else deadline
+            if now >= end:
+                return values
+            try:
+                message = consumer.receive(max(1, min(int((end - now) * 1000), 1000)))
+            except pulsar.Timeout:
+                continue
+            values[message.data()] += 1
+            values.copies.setdefault(message.data(), []).append(
+                f"{message.topic_name().rsplit('-', 1)[-1]} id {message.message_id()} "
+                f"by {message.producer_name()} at {message.publish_timestamp()}"
+            )
+            received += 1
+            consumer.acknowledge(message)
+            if received >= expected:
+                quiet_until = time.monotonic() + quiet
+    finally:
+        client.close()
+
+
+def assert_exactly_once(
+    read: ReadBack, sent: list[bytes], context: Callable[[], str] = str
+) -> None:
+    """The multiset read back is the set sent: no value missing, none twice, none unknown."""
+    assert len(set(sent)) == len(sent), "the test sent a value twice"
+    expected = Counter(sent)
+    lost = sorted(expected - read)
+    twice = sorted(v for v, n in read.items() if n > 1)
+    unknown = sorted(set(read) - set(expected))
+    assert not lost and not twice and not unknown, (
+        f"sent {len(sent)}, read {sum(read.values())}: {len(lost)} lost {lost[:10]}, "
+        f"{len(twice)} stored twice {twice[:10]}, {len(unknown)} unknown {unknown[:10]}\n"
+        + "".join(f"  {v!r}: {read.copies[v]}\n" for v in twice[:20])
+        + context()
+    )
+
+
+def evidence(daemon: Daemon, apache: ApachePulsar) -> str:
+    """The logs' tails, for a failure message."""
+    broker_lines = [
+        line for line in apache.log().splitlines() if " WARN " in line or " ERROR " in line
+    ]
+    return (
+        f"\n--- daemon log tail:\n{daemon.log()[-4000:]}"
+        f"\n--- broker warnings and errors (last 40):\n" + "\n".join(broker_lines[-40:])
+    )
+
+
+def assert_accounting(counters: Counters, received: int, context: Callable[[], str]) -> None:
+    """``received`` datagrams, each acked, discarded as ``deduplicated``, or still buffered."""
+    assert counters.received == received, f"{counters}{context()}"
+    assert counters.identity_holds(), f"{counters}{context()}"
+    harmful = {r: n for r, n in counters.discarded.items() if n and r not in HARMLESS_DISCARDS}
+    assert not harmful, f"discards: {harmful}; {counters}{context()}"
+
+
+def settled(daemon: Daemon, received: int, timeout: float) -> Counters:
+    """Every datagram received, nothing buffered, nothing left in the spool."""
+
+    def done() -> Counters | None:
+        daemon.check_alive()
+        counters = daemon.counters()
+        spooled = daemon.metrics(["pulsar_bruce_spooled_messages"]).get(
+            "pulsar_bruce_spooled_messages", 0
+        )
+        ok = counters.received >= received and counters.buffered == 0 and spooled == 0
+        return counters if ok else None
+
+    try:
+        return wait_for(done, timeout, f"{received} datagrams to settle")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {daemon.counters()}\n{daemon.log()[-3000:]}") from exc
+
+
+# -- 1. topic unloads mid-stream ------------------------------------------------------------
+
+
+def test_topic_unloads_mid_stream_lose_and_duplicate_nothing(
+    apache: ApachePulsar, start_daemon
+) -> None:
+    namespace = dedup_namespace(apache)
+    topic = f"persistent://{namespace}/{unique('unload')}"
+    apache.admin.create_partitioned_topic(topic, 4)
+    daemon = start_daemon(apache.url, "--batch-max-messages", "20", "--batch-max-delay-ms", "5")
+    daemon.warm_up(topic, 4)
+    n = 3000
+    sender = SteadySender(daemon, topic, "u", n, rate=600)
+    sender.start()
+    for fraction in (0.25, 0.5, 0.75):
+        wait_for(sender.at_least(int(n * fraction)), 30, f"{fraction:.0%} sent")
+        apache.admin.unload(topic)
+    sent = sender.finish(30)
+    assert sender.error is None, f"sending failed: {sender.error!r}"
+    assert len(sent) == n
+    counters = daemon.wait_settled(1 + n, timeout=60)
+    assert_accounting(counters, 1 + n, lambda: evidence(daemon, apache))
+    assert counters.acked + counters.discarded.get("deduplicated", 0) == 1 + n, counters
+    read = read_back(apache.url, topic, 1 + n)
+    read.pop(b"warm-up", None)
+    assert_exactly_once(read, sent, lambda: f"\n{counters}{evidence(daemon, apache)}")
+
+
+# -- 2. broker SIGKILL mid-stream -----------------------------------------------------------
+
+
+def test_broker_sigkill_mid_stream_loses_and_duplicates_nothing(
+    start_apache: Callable[..., ApachePulsar], start_daemon
+) -> None:
+    apache = start_apache()
+    namespace = dedup_namespace(apache)
+    topic = f"persistent://{namespace}/{unique('kill')}"
+    apache.admin.create_partitioned_topic(topic, 4)
+    daemon = start_daemon(
+        apache.url,
+        "--batch-max-messages", "20",
+        "--batch-max-delay-ms", "5",
+        "--send-timeout-s", "120",
+    )  # fmt: skip
+    daemon.warm_up(topic, 4)
+    n = 3000
+    sender = SteadySender(daemon, topic, "k", n, rate=150)
+    sender.start()
+    wait_for(sender.at_least(n // 3), 30, "a third sent")
+    apache.kill()
+    wait_for(sender.at_least(n // 2), 30, "half sent")
+    apache.start()
+    sent = sender.finish(60)
+    assert sender.error is None, f"sending failed: {sender.error!r}"
+    assert len(sent) == n
+    counters = settled(daemon, 1 + n, timeout=90)
+    assert_accounting(counters, 1 + n, lambda: evidence(daemon, apache))
+    read = read_back(apache.url, topic, 1 + n)
+    read.pop(b"warm-up", None)
+    assert_exactly_once(read, sent, lambda: f"\n{counters}{evidence(daemon, apache)}")
+
+
+# -- 3. daemon restart on its spool ---------------------------------------------------------
+
+_STOPPED = re.compile(r"stopped: received (\d+), acked (\d+), discarded (\d+)")
+_KEPT = re.compile(r"(\d+) unacknowledged messages kept in the spool")
+
+
+def test_daemon_restart_on_its_spool_loses_and_duplicates_nothing(
+    apache: ApachePulsar, start_daemon, tmp_path: Path
+) -> None:
+    namespace = dedup_namespace(apache)
+    topic = f"persistent://{namespace}/{unique('restart')}"
+    apache.admin.create_partitioned_topic(topic, 4)
+    # No time for receipts at shutdown: what is in flight goes to the spool, and its replay
+    # (same producer names, same sequence ids) meets batches the broker has stored already.
+    args = (
+        "--spool-dir", str(tmp_path / "spool"),
+        "--shutdown-timeout-s", "0",
+        "--batch-max-messages", "20",
+        "--batch-max-delay-ms", "5",
+    )  # fmt: skip
+    first = start_daemon(apache.url, *args)
+    first.warm_up(topic, 4)
+    before = SteadySender(first, topic, "a", 20_000, rate=2000)
+    before.start()
+    wait_for(before.at_least(2000), 30, "2000 sent")
+    assert first.terminate() == 0
+    sent_before = before.finish(30)
+    first_log = first.log()
+    stopped = _STOPPED.search(first_log)
+    assert stopped, first_log[-2000:]
+    # Whatever the socket took before the daemon went away is the daemon's to deliver.
+    assert int(stopped.group(1)) == 1 + len(sent_before), first_log[-2000:]
+    kept = sum(int(k) for k in _KEPT.findall(first_log))
+
+    # The same socket path: the same (automatic) producer names, so the broker recognises
+    # the replayed batches it stored before the shutdown.
+    second = Daemon(first.workdir, apache.url, list(args))
+    try:
+        after = SteadySender(second, topic, "b", 1000, rate=2000)
+        after.start()
+        sent_after = after.finish(30)
+        assert after.error is None, f"sending failed: {after.error!r}"
+        counters = settled(second, kept + len(sent_after), timeout=60)
+        assert_accounting(counters, kept + len(sent_after), lambda: evidence(second, apache))
+        sent = sent_before + sent_after
+        read = read_back(apache.url, topic, 1 + len(sent))
+        read.pop(b"warm-up", None)
+        assert_exactly_once(read, sent, lambda: f"\n{counters}{evidence(second, apache)}")
+    finally:
+        second.kill()
