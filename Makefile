@@ -22,9 +22,12 @@ $(STAMP): $(RUN_STAMP) pyproject.toml
 	$(PIP) -e '.[test]'
 	touch $(STAMP)
 
-## run: the daemon in the foreground on an embedded pulsar-lite broker (127.0.0.1:6650, ./data)
-run: $(RUN_STAMP)
-	$(BIN)/python examples/run_local.py
+## run: the daemon in the foreground on an embedded pulsar-lite broker (127.0.0.1:6650, ./data);
+## `make run PULSAR=apache`: on Apache Pulsar standalone instead (Java 17 and Maven; data in
+## ./data/apache-pulsar; the test extras and the broker's classpath are installed first)
+PULSAR ?= lite
+run: $(RUN_STAMP) $(if $(filter apache,$(PULSAR)),apache-classpath)
+	$(BIN)/python examples/run_local.py --broker $(PULSAR)
 
 ## test: lint, type-check and the whole suite, real-broker tests included, once per intake
 ## (the Apache Pulsar interop tests, marked `apache`, run in the first pass only)
@@ -43,9 +46,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check daemon client_lib tests examples $(wildcard bench)
 	$(BIN)/mypy daemon/pulsar_bruce client_lib/to_pulsar
 
-## bench: throughput, CPU, latency and memory vs the official client (a few minutes; see bench/)
-bench: $(STAMP)
-	$(BIN)/python -m bench.throughput $(BENCH_ARGS)
+## bench: throughput, CPU, latency and memory vs the official client (a few minutes; see bench/);
+## BROKER=lite (default), apache (Apache Pulsar standalone: Java 17 and Maven) or both
+BROKER ?= lite
+bench: $(STAMP) $(if $(filter lite,$(BROKER)),,apache-classpath)
+	$(BIN)/python -m bench.throughput --broker $(BROKER) $(BENCH_ARGS)
 
 ## proto: regenerate daemon/pulsar_bruce/frame/pulsar_api_pb2.py(i) from proto/
 proto: $(STAMP)

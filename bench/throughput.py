@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Throughput, CPU, latency and memory of pulsar-bruce against the official Pulsar client.
 
-One command, one broker at a time (pulsar-lite on a free port in a temp dir), one
-daemon; the two sides of every comparison run alternately, round after round:
+One command, one broker at a time (pulsar-lite, Apache Pulsar standalone, or each in
+turn with ``--broker both``; free ports, a temp dir; see ``bench/brokers.py``), one
+daemon per broker; the two sides of every comparison run alternately, round after round:
 
 (a) one process publishes N messages with the official client (batching on,
     ``send_async`` for all, ``flush()``); time from the first send to the Nth receipt.
@@ -19,6 +20,7 @@ unacknowledged messages with the broker killed. Exits 1 if any run loses a messa
     python -m bench.throughput                 # the full run (a few minutes)
     python -m bench.throughput --quick         # a smoke run
     python -m bench.throughput --set-qlen 512  # as root: raise net.unix.max_dgram_qlen
+    python -m bench.throughput --broker both   # every row on pulsar-lite, then Apache Pulsar
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import signal
 import statistics
 import subprocess
@@ -36,10 +37,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import harness
+from bench import brokers, harness
+from bench.brokers import BenchBroker, Brokers
 from bench.harness import (
     BenchBase,
-    Broker,
+    BenchError,
     Counters,
     Daemon,
     MachineCpu,
@@ -47,7 +49,7 @@ from bench.harness import (
     memory_kib,
     wait_for,
 )
-from bench.profile_summary import summarize
+from bench.throughput_report import print_machine, print_report
 
 #: The daemon's buffer for every run (the 1M-message hold needs more than the default).
 DAEMON_ARGS = ["--buffer-max-bytes", "512MiB"]
@@ -98,11 +100,38 @@ class Bench(BenchBase):
     def __init__(self, args: argparse.Namespace, workdir: Path):
         super().__init__(args, workdir)
         self.profile_outputs: list[Path] = []
+        self.warmups: list[dict[str, Any]] = []
+
+    def warm_broker(self, broker: BenchBroker) -> None:
+        """Before any measured run on a fresh broker: ``--warmup`` 100 B messages through the
+        official client (for the JVM's JIT; done on either kind, alike), then its idle CPU."""
+        n = self.args.warmup
+        warm: dict[str, Any] = {"broker": broker.label, "messages": n, "rate": 0.0}
+        if n:
+            topic = f"bench-{self.run_id}-warmup-{len(self.warmups)}"
+            params = {"service_url": broker.url, "topic": topic, "messages": n, "size": 100}
+            params.update(keyed=False, max_pending=self.args.max_pending, callback=False)
+            worker = self.worker("official", params, f"warmup-{broker.kind}")
+            worker.go()
+            result = worker.result(timeout=120 + n / 1000)
+            if result["t_last"] is None or result["errors"]:
+                raise BenchError(f"warm-up of {broker.label} failed: {result}")
+            warm["rate"] = n / (result["t_last"] - result["t0"])
+        idle_s = 1.0 if self.args.quick else 3.0
+        cpu0 = cpu_seconds(broker.pid)
+        time.sleep(idle_s)
+        warm["idle_cores"] = (cpu_seconds(broker.pid) - cpu0) / idle_s
+        print(
+            f"  warm-up: {n:,} x 100 B, official client, {warm['rate']:,.0f} msg/s (not "
+            f"measured); then idle for {idle_s:g} s: broker CPU {warm['idle_cores']:.1%} of a core",
+            flush=True,
+        )
+        self.warmups.append(warm)
 
     # -- side (a): the official client ------------------------------------------------------
 
     def run_official(
-        self, broker: Broker, row: RowSpec, topic: str, callback: bool = False
+        self, broker: BenchBroker, row: RowSpec, topic: str, callback: bool = False
     ) -> SideRun:
         worker = self.worker(
             "official",
@@ -158,7 +187,12 @@ class Bench(BenchBase):
     # -- side (b): to_pulsar -> daemon --------------------------------------------------------
 
     def run_daemon_side(
-        self, daemon: Daemon, broker: Broker, row: RowSpec, topic: str, profile: Path | None = None
+        self,
+        daemon: Daemon,
+        broker: BenchBroker,
+        row: RowSpec,
+        topic: str,
+        profile: Path | None = None,
     ) -> SideRun:
         n = row.messages
         worker = self.worker(
@@ -208,13 +242,15 @@ class Bench(BenchBase):
     # -- the throughput table -------------------------------------------------------------------
 
     def throughput_rows(
-        self, broker: Broker, daemon: Daemon, rows: list[RowSpec]
+        self, broker: BenchBroker, daemon: Daemon, rows: list[RowSpec]
     ) -> list[RowResult]:
         results = []
         for row in rows:
             result = RowResult(row)
             topic_a = f"bench-{self.run_id}-{row.name}-official".replace(" ", "")
             topic_b = f"bench-{self.run_id}-{row.name}-daemon".replace(" ", "")
+            for topic in (topic_a, topic_a + "-callback", topic_b):
+                broker.make_partitioned(topic, row.partitions)
             self.warm_topic(daemon, topic_b, row.keyed, row.partitions)
             for round_no in range(1, self.args.rounds + 1):
                 a = self.run_official(broker, row, topic_a)
@@ -239,7 +275,7 @@ class Bench(BenchBase):
                 self.profiled_run(broker, daemon, row, topic_b)
         return results
 
-    def profiled_run(self, broker: Broker, daemon: Daemon, row: RowSpec, topic: str) -> None:
+    def profiled_run(self, broker: BenchBroker, daemon: Daemon, row: RowSpec, topic: str) -> None:
         """One extra (b) run under py-spy, kept out of the table (sampling slows the daemon)."""
         self.args.profile.mkdir(parents=True, exist_ok=True)
         output = self.args.profile / f"daemon-{row.name.replace(' ', '')}.txt"
@@ -253,11 +289,12 @@ class Bench(BenchBase):
 
     # -- latency at a fixed offered rate ------------------------------------------------------
 
-    def latency(self, broker: Broker, daemon: Daemon | None, rate: float) -> dict[str, Any]:
+    def latency(self, broker: BenchBroker, daemon: Daemon | None, rate: float) -> dict[str, Any]:
         """send -> consumer receive at ``rate``; via the daemon, or the official client if None."""
         n = max(1, int(rate * self.args.latency_seconds))
         side = "daemon" if daemon is not None else "official"
         topic = f"bench-{self.run_id}-latency-{side}"
+        broker.make_partitioned(topic, 1)
         if daemon is not None:
             self.warm_topic(daemon, topic, False, 1)
         consumer = self.worker(
@@ -305,13 +342,14 @@ class Bench(BenchBase):
 
     # -- memory ------------------------------------------------------------------------------------
 
-    def rss_hold(self, broker: Broker, messages: int) -> dict[str, Any]:
+    def rss_hold(self, broker: BenchBroker, messages: int) -> dict[str, Any]:
         """RSS while holding ``messages`` unacknowledged 100-byte messages (broker killed)."""
-        daemon = Daemon(self.workdir / "daemon-rss", broker.url, DAEMON_ARGS)
+        daemon = Daemon(self.workdir / f"{broker.kind}-daemon-rss", broker.url, DAEMON_ARGS)
         try:
             time.sleep(0.5)
             idle_kib = memory_kib(daemon.pid)["VmRSS"]
             topic = f"bench-{self.run_id}-rss"
+            broker.make_partitioned(topic, 1)
             self.warm_topic(daemon, topic, False, 1)
             base = daemon.scrape()
             broker.kill()
@@ -428,40 +466,46 @@ def main(argv: list[str] | None = None) -> int:
         print_machine(machine, args)
         bench = Bench(args, workdir)
         stack.callback(bench.kill_workers)
-        results, rows = run_all(bench, stack)
+        results: dict[str, Any] = {"config": config_summary(args), "brokers": []}
+        runs = []
+        for kind in brokers.kinds(args.broker):
+            broker_results, rows = run_on(bench, stack, kind)
+            results["brokers"].append(broker_results)
+            runs.append((broker_results, rows))
     results["machine"] = machine
     results["wall_s"] = time.monotonic() - started
     results.update(MachineCpu.now().since(cpu_before))
     results["lost"] = bench.failures
     results["profiles"] = [str(path) for path in bench.profile_outputs]
-    print_report(results, rows, args)
+    print_report(results, runs, args)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
     return 1 if bench.failures else 0
 
 
-def run_all(bench: Bench, stack: contextlib.ExitStack) -> tuple[dict[str, Any], list[RowResult]]:
+def run_on(
+    bench: Bench, stack: contextlib.ExitStack, kind: str
+) -> tuple[dict[str, Any], list[RowResult]]:
+    """Every measurement on one kind of broker; its brokers are stopped before it returns."""
     args = bench.args
     specs = row_specs(args.messages)
-    results: dict[str, Any] = {"config": config_summary(args), "rows": []}
+    pool = Brokers(kind, bench.workdir / kind, on_start=bench.warm_broker)
+    stack.callback(pool.stop)
+    warmups = len(bench.warmups)
 
-    # Phase 1: a broker with 4-partition topics, for the PartitionKey row.
-    print("phase 1: broker with default_partitions = 4", flush=True)
-    broker4 = Broker(bench.workdir / "broker4", partitions=4)
-    broker4.start()
-    stack.callback(broker4.stop)
-    daemon4 = Daemon(bench.workdir / "daemon4", broker4.url, DAEMON_ARGS)
+    # Phase 1: 4-partition topics, for the PartitionKey row.
+    print(f"{kind}: phase 1: topics of 4 partitions", flush=True)
+    broker4 = pool.get(4)
+    daemon4 = Daemon(bench.workdir / f"{kind}-daemon4", broker4.url, DAEMON_ARGS)
     stack.callback(daemon4.stop)
     rows4 = bench.throughput_rows(broker4, daemon4, [s for s in specs if s.partitions == 4])
     daemon4.stop()
-    broker4.stop()
 
-    # Phase 2: a broker with 1-partition topics for everything else.
-    print("phase 2: broker with default_partitions = 1", flush=True)
-    broker = Broker(bench.workdir / "broker1", partitions=1)
-    broker.start()
-    stack.callback(broker.stop)
-    daemon = Daemon(bench.workdir / "daemon1", broker.url, DAEMON_ARGS)
+    # Phase 2: 1-partition (pulsar-lite) or non-partitioned (Apache Pulsar) topics.
+    print(f"{kind}: phase 2: topics of 1 partition", flush=True)
+    broker = pool.get(1)
+    results: dict[str, Any] = {"broker": kind, "label": broker.label}
+    daemon = Daemon(bench.workdir / f"{kind}-daemon1", broker.url, DAEMON_ARGS)
     stack.callback(daemon.stop)
     time.sleep(0.5)
     results["idle_rss_mb"] = memory_kib(daemon.pid)["VmRSS"] * 1024 / 1e6
@@ -481,6 +525,14 @@ def run_all(bench: Bench, stack: contextlib.ExitStack) -> tuple[dict[str, Any], 
     if args.rss_messages:
         print(f"memory: holding {args.rss_messages:,} messages with the broker killed", flush=True)
         results["rss_hold"] = bench.rss_hold(broker, args.rss_messages)
+    pool.stop()
+    started = bench.warmups[warmups:]
+    results["warmup"] = {
+        "messages": args.warmup,
+        "rate": statistics.median(w["rate"] for w in started),
+        "idle_cores": statistics.median(w["idle_cores"] for w in started),
+        "each": started,
+    }
     return results, rows
 
 
@@ -512,181 +564,27 @@ def config_summary(args: argparse.Namespace) -> dict[str, Any]:
         "latency_rate": args.latency_rate,
         "latency_seconds": args.latency_seconds,
         "rss_messages": args.rss_messages,
+        "broker": args.broker,
+        "warmup": args.warmup,
     }
-
-
-# -- output ----------------------------------------------------------------------------------------
-
-
-def print_machine(machine: dict[str, Any], args: argparse.Namespace) -> None:
-    harness.print_machine("pulsar-bruce throughput bench", machine, bool(args.set_qlen))
-    print(
-        f"N = {args.messages:,} per run (1 KB: N/3, 10 KB: N/10), {args.rounds} round(s), "
-        f"payloads random (incompressible); official client max_pending_messages = "
-        f"{args.max_pending:,}",
-        flush=True,
-    )
-
-
-def print_report(results: dict[str, Any], rows: list[RowResult], args: argparse.Namespace) -> None:
-    med = statistics.median
-    print()
-    print(
-        f"throughput (median of {args.rounds} round(s), sides alternating; (a) official client "
-        f"at its best: send_async(payload, None) for all, then flush(); (a') the same with a "
-        f"Python callback per message; (b) to_pulsar -> daemon: Sender datagrams, or "
-        f"StreamSender with one flush at the end; kernel ceiling: a Python send() loop into a "
-        f"Python recv_into() loop on a UNIX datagram socket, no daemon)"
-    )
-    width = 38
-    header = f"{'':<{width}}" + "".join(f"{r.spec.name:>18}" for r in rows)
-    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(header)
-
-    def line(label: str, values: list[str]) -> None:
-        print(f"{label:<{width}}" + "".join(f"{v:>18}" for v in values))
-
-    line("messages per run", [f"{r.spec.messages:,}" for r in rows])
-
-    def median_rate(runs: list[SideRun]) -> str:
-        return f"{med(x.rate for x in runs):,.0f}" if runs else "-"
-
-    line("rate (a) official client, msg/s", [median_rate(r.official) for r in rows])
-    line("rate (a') official + callback, msg/s", [median_rate(r.official_callback) for r in rows])
-    line("rate (b) daemon, msg/s", [median_rate(r.daemon) for r in rows])
-    line("median ratio b/a", [f"{med(r.ratios()):.2f}" for r in rows])
-    line("kernel ceiling, msg/s", [median_rate(r.ceiling) for r in rows])
-    line(
-        "(b) / kernel ceiling",
-        [
-            f"{med(x.rate for x in r.daemon) / med(x.rate for x in r.ceiling):.2f}"
-            if r.ceiling
-            else "-"
-            for r in rows
-        ],
-    )
-    line("  ratio b/a per round", [" ".join(f"{x:.2f}" for x in r.ratios()) for r in rows])
-    line(
-        "kernel ceiling CPU, µs/msg: receiver sender",
-        [
-            f"{med(x.daemon_cpu_us or 0 for x in r.ceiling):.2f} "
-            f"{med(x.client_cpu_us for x in r.ceiling):.2f}"
-            if r.ceiling
-            else "-"
-            for r in rows
-        ],
-    )
-    line("daemon CPU, µs/msg", [f"{med(x.daemon_cpu_us or 0 for x in r.daemon):.2f}" for r in rows])
-    line("sender CPU, µs/msg", [f"{med(x.client_cpu_us for x in r.daemon):.2f}" for r in rows])
-    line(
-        "official client CPU (a), µs/msg",
-        [f"{med(x.client_cpu_us for x in r.official):.2f}" for r in rows],
-    )
-    line(
-        "broker CPU (a), µs/msg", [f"{med(x.broker_cpu_us for x in r.official):.2f}" for r in rows]
-    )
-    line("broker CPU (b), µs/msg", [f"{med(x.broker_cpu_us for x in r.daemon):.2f}" for r in rows])
-    line(
-        "metrics scrapes per (b) run",
-        [f"{med(x.scrapes or 0 for x in r.daemon):.0f}" for r in rows],
-    )
-    print(
-        f"(daemon CPU includes serving the 5 ms /metrics polls: "
-        f"{results['scrape_cpu_us']:.0f} µs of daemon CPU per scrape when idle)"
-    )
-    print(f"daemon: {results['daemon_argv']}")
-
-    print()
-    print(
-        f"latency, 100 B at {args.latency_rate:,.0f} msg/s offered for "
-        f"{args.latency_seconds:g} s: send -> consumer receive (official consumer, "
-        f"send time embedded in each value)"
-    )
-    for lat in results["latency"]:
-        label = "(b) to_pulsar -> daemon" if lat["side"] == "daemon" else "(a) official client"
-        print(
-            f"  {label:<24} p50 {lat.get('p50_ms', float('nan')):7.2f} ms   "
-            f"p99 {lat.get('p99_ms', float('nan')):7.2f} ms   "
-            f"max {lat.get('max_ms', float('nan')):7.2f} ms   "
-            f"{lat['received']:,}/{lat['messages']:,} read (+{lat['duplicates']:,} duplicates), "
-            f"offered {lat['offered_rate']:,.0f}/s"
-        )
-        if lat.get("daemon_receipt_ms"):
-            h = lat["daemon_receipt_ms"]
-            print(
-                f"  {'':<24} daemon's own histogram, batch written -> receipt: "
-                f"p50 <= {h['p50_le_ms']:g} ms, p99 <= {h['p99_le_ms']:g} ms (bucket bounds)"
-            )
-
-    print()
-    print(f"memory: daemon RSS idle {results['idle_rss_mb']:.1f} MB (1 MB = 10^6 B)")
-    hold = results.get("rss_hold")
-    if hold:
-        print(
-            f"  holding {hold['messages']:,} unacked 100 B messages (broker killed): "
-            f"RSS {hold['held_rss_mb']:.1f} MB (peak {hold['peak_rss_mb']:.1f} MB) = "
-            f"{hold['ratio']:.2f} x payload ({hold['payload_mb']:.0f} MB); "
-            f"growth from {hold['before_rss_mb']:.1f} MB = {hold['growth_ratio']:.2f} x payload"
-        )
-        print(
-            f"  after restarting the broker all {hold['messages']:,} were acked in "
-            f"{hold['redelivery_s']:.1f} s"
-            if hold["ok"]
-            else "  NOT all acked after restart"
-        )
-    else:
-        print("  (hold test skipped; --rss-messages N runs it)")
-
-    print_targets(results, rows, args)
-    for output in results.get("profiles", []):
-        print()
-        print(summarize(Path(output), top=12))
-    print()
-    harness.print_footer(
-        results, "no messages lost: every (b) run acked all it sent; every (a) receipt was OK"
-    )
-
-
-def print_targets(results: dict[str, Any], rows: list[RowResult], args: argparse.Namespace) -> None:
-    """The issue's targets next to the figures (informational: only losses fail the run)."""
-    med = statistics.median
-    main_row = next((r for r in rows if r.spec.extras), None)
-    stream_row = next((r for r in rows if r.spec.stream), None)
-    checks: list[tuple[str, float, float, str]] = []
-    if main_row:
-        ratio_target = 1.2 if results["machine"]["max_dgram_qlen"] <= 10 else 1.5
-        checks.append(
-            ("median ratio b/a, 100 B datagrams", med(main_row.ratios()), ratio_target, ">=")
-        )
-        daemon_cpu = med(x.daemon_cpu_us or 0 for x in main_row.daemon)
-        checks.append(("daemon CPU µs/msg, 100 B datagrams", daemon_cpu, 1.5, "<="))
-        checks.append(
-            ("Sender CPU µs/msg, 100 B", med(x.client_cpu_us for x in main_row.daemon), 1.5, "<=")
-        )
-    if stream_row:
-        checks.append(("median ratio b/a, stream", med(stream_row.ratios()), 3.0, ">="))
-        daemon_cpu = med(x.daemon_cpu_us or 0 for x in stream_row.daemon)
-        checks.append(("daemon CPU µs/msg, stream", daemon_cpu, 0.5, "<="))
-        sender_cpu = med(x.client_cpu_us for x in stream_row.daemon)
-        checks.append(("StreamSender CPU µs/msg, 100 B", sender_cpu, 0.5, "<="))
-    daemon_latency: dict[str, Any] = next(
-        (x for x in results["latency"] if x["side"] == "daemon"), {}
-    )
-    if "p99_ms" in daemon_latency:
-        checks.append(("p99 ms send -> consumer receive", daemon_latency["p99_ms"], 20.0, "<="))
-    checks.append(("daemon RSS idle, MB", results["idle_rss_mb"], 40.0, "<="))
-    if results.get("rss_hold"):
-        checks.append(("RSS / payload holding 1M", results["rss_hold"]["ratio"], 1.5, "<="))
-    print()
-    print("targets (issue 10; informational, only lost messages fail the run)")
-    for label, value, limit, op in checks:
-        met = value >= limit if op == ">=" else value <= limit
-        print(f"  {label:<36} {value:8.2f}  target {op} {limit:g}  {'met' if met else 'NOT MET'}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="pulsar-bruce vs the official Pulsar client on one pulsar-lite broker",
+        description="pulsar-bruce vs the official Pulsar client, on pulsar-lite and/or Apache "
+        "Pulsar standalone",
+    )
+    parser.add_argument(
+        "--broker",
+        choices=brokers.CHOICES,
+        default="lite",
+        help="pulsar-lite (default), Apache Pulsar standalone (Java 17, Maven), or both in turn",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        help="official-client messages through each broker as it starts, not measured "
+        "(default 5000; --quick 1000)",
     )
     parser.add_argument("--messages", type=int, help="N per run (default 300000; --quick 2000)")
     parser.add_argument("--rounds", type=int, help="rounds, alternating the sides (default 3)")
@@ -727,6 +625,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.rounds = 1 if args.quick else 3
     if args.rss_messages is None:
         args.rss_messages = 0 if args.quick else 1_000_000
+    if args.warmup is None:
+        args.warmup = 1000 if args.quick else 5000
     if args.latency_seconds is None:
         args.latency_seconds = 0.5 if args.quick else 3.0
     if args.messages < 1 or args.rounds < 1:

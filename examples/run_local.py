@@ -1,12 +1,18 @@
 """`make run`: pulsar-lite on 127.0.0.1:6650 (data in ./data) plus the daemon in the foreground.
 
+`make run PULSAR=apache` (``--broker apache``): Apache Pulsar standalone instead, the
+Java broker of tests/support/apache_pulsar.py (Java 17; its classpath resolved by
+Maven once), on 127.0.0.1:6650 with its admin API on 8080 (or a free port if 8080
+is taken; --web-port) and its data in ./data/apache-pulsar.
+
 The daemon's socket is ./run/bruce.sock (its stream socket ./run/bruce.stream.sock)
 and its metrics are on 127.0.0.1:9090. Ctrl-C (SIGINT), SIGTERM and SIGHUP stop
 the daemon (which delivers what it buffered) and then the broker; should this
 process die without doing so, the kernel sends both SIGTERM (Linux). If a port
 is taken it starts nothing and says, in one line, what holds it.
 
-Options (for tests and second copies): --broker-port, --metrics-port, --data DIR, --run DIR.
+Options (for tests and second copies): --broker lite|apache, --broker-port, --metrics-port,
+--web-port (Apache Pulsar's admin API), --data DIR, --run DIR.
 """
 
 from __future__ import annotations
@@ -95,6 +101,12 @@ def port_holder(port: int) -> tuple[int | None, str]:
     return None, f"a process of user {user}"
 
 
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
 def refuse_taken_ports(ports: dict[int, str]) -> None:
     """Exit with one line if any port is taken, naming what holds each."""
     taken = [
@@ -161,20 +173,17 @@ class Runner:
         self.daemon.send_signal(signal.SIGTERM)
 
     def wait_until(self, ready: Callable[[], bool], child: subprocess.Popen[bytes], what: str,
-                   log: str) -> None:  # fmt: skip
-        deadline = time.monotonic() + 30
+                   log: str, timeout: float = 30) -> None:  # fmt: skip
+        deadline = time.monotonic() + timeout
         while not ready():
             if child.poll() is not None:
                 sys.exit(f"run_local: {what} exited ({child.returncode}); see {log}")
             if time.monotonic() > deadline:
-                sys.exit(f"run_local: {what} did not start within 30 s; see {log}")
+                sys.exit(f"run_local: {what} did not start within {timeout:.0f} s; see {log}")
             time.sleep(0.1)
 
-    def run(self) -> int:
+    def start_lite(self, data: Path) -> None:
         args = self.args
-        data, run = Path(args.data), Path(args.run)
-        data.mkdir(parents=True, exist_ok=True)
-        run.mkdir(parents=True, exist_ok=True)
         config = data / "pulsar-lite.toml"
         config.write_text("default_partitions = 4\n\n[metrics]\nenabled = false\n")
         from pulsar_lite.binary_finder import find_pulsar_lite_binary
@@ -188,6 +197,46 @@ class Runner:
         self.wait_until(
             lambda: accepts(args.broker_port), self.broker, "pulsar-lite", str(log.name)
         )
+
+    def start_apache(self, data: Path) -> None:
+        """Apache Pulsar standalone in a JVM of its own, started like pulsar-lite (the stop
+        signals, PR_SET_PDEATHSIG, its own session); ready once its admin API lists
+        public/default (the JVM takes 10-30 s)."""
+        args = self.args
+        sys.path.insert(0, str(ROOT))  # tests.support, from the checkout
+        from tests.support.apache_pulsar import AdminError, ApachePulsar
+        from tests.support.processes import ProcessError
+
+        pulsar = ApachePulsar(data / "apache-pulsar", port=args.broker_port, web_port=args.web_port)
+        try:
+            command = pulsar.command()  # resolves the classpath (Maven, once) or says what lacks
+        except ProcessError as exc:
+            sys.exit(f"run_local: {exc}")
+
+        def ready() -> bool:
+            if not (accepts(args.broker_port) and accepts(args.web_port)):
+                return False
+            try:
+                return "public/default" in pulsar.admin.get("/admin/v2/namespaces/public")
+            except (OSError, AdminError):
+                return False
+
+        with pulsar.log_path.open("ab") as log:
+            self.broker = start(
+                command, cwd=pulsar.workdir, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )  # fmt: skip
+        self.wait_until(ready, self.broker, "Apache Pulsar", str(pulsar.log_path), timeout=180)
+
+    def run(self) -> int:
+        args = self.args
+        data, run = Path(args.data), Path(args.run)
+        data.mkdir(parents=True, exist_ok=True)
+        run.mkdir(parents=True, exist_ok=True)
+        if args.broker == "apache":
+            self.start_apache(data)
+        else:
+            self.start_lite(data)
         sock = run / "bruce.sock"
         self.daemon = start(
             [sys.executable, "-m", "pulsar_bruce", "--socket", str(sock),
@@ -212,8 +261,8 @@ class Runner:
             self.daemon.wait()
         if self.broker is not None and self.broker.poll() is None:
             os.killpg(self.broker.pid, signal.SIGTERM)
-            try:
-                self.broker.wait(10)
+            try:  # the JVM closes its broker, bookie and metadata store: give it longer
+                self.broker.wait(60 if self.args.broker == "apache" else 10)
             except subprocess.TimeoutExpired:
                 os.killpg(self.broker.pid, signal.SIGKILL)
                 self.broker.wait(10)
@@ -224,8 +273,15 @@ def hint(args: argparse.Namespace, sock: Path) -> str:
     bin_dir = Path(python).parent
     url = f"pulsar://{HOST}:{args.broker_port}"
     read_url = "" if args.broker_port == 6650 else f" --service-url {url}"
+    if args.broker == "apache":
+        broker = (
+            f"Apache Pulsar standalone is listening on {url} (admin http://{HOST}:"
+            f"{args.web_port}; data in {Path(args.data) / 'apache-pulsar'})."
+        )
+    else:
+        broker = f"pulsar-lite is listening on {url} (data in {args.data})."
     return f"""
-pulsar-lite is listening on {url} (data in {args.data}).
+{broker}
 pulsar-bruce: socket {sock}, metrics http://{HOST}:{args.metrics_port}/metrics
 
 In another terminal:
@@ -237,7 +293,18 @@ Ctrl-C stops it."""
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="run_local.py", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--broker",
+        choices=("lite", "apache"),
+        default="lite",
+        help="pulsar-lite (default) or Apache Pulsar standalone (Java 17, Maven)",
+    )
     parser.add_argument("--broker-port", type=int, default=6650)
+    parser.add_argument(
+        "--web-port",
+        type=int,
+        help="Apache Pulsar's admin API [8080, or a free port if 8080 is taken]",
+    )
     parser.add_argument("--metrics-port", type=int, default=9090)
     parser.add_argument("--data", default=str(ROOT / "data"), help="broker data [./data]")
     parser.add_argument("--run", default=str(ROOT / "run"), help="daemon sockets [./run]")
@@ -246,7 +313,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    refuse_taken_ports({args.broker_port: "the broker", args.metrics_port: "metrics"})
+    ports = {args.broker_port: "the broker", args.metrics_port: "metrics"}
+    if args.broker == "apache":
+        if args.web_port is None:
+            args.web_port = 8080 if not port_taken(8080) else free_port()
+        ports[args.web_port] = "Apache Pulsar's admin API"
+    refuse_taken_ports(ports)
     runner = Runner(args)
     for signum in STOP_SIGNALS:
         signal.signal(signum, runner.on_signal)

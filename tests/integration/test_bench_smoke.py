@@ -44,6 +44,32 @@ def test_quick_bench_runs_and_loses_nothing(tmp_path: Path) -> None:
     assert (tmp_path / "bench.json").is_file()
 
 
+@pytest.mark.apache
+def test_quick_bench_on_apache_pulsar_runs_and_loses_nothing(tmp_path: Path) -> None:
+    """``--broker apache``: the bench starts its own Apache Pulsar standalone (it kills and
+    restarts it for the hold test, which the shared session broker must not go through),
+    warms it up, partitions the 4-partition row's topics through the admin API, and the
+    hold test's kill and restart deliver every held message."""
+    run_bench(
+        "throughput",
+        [
+            *("--quick", "--broker", "apache", "--messages", "2000", "--rounds", "1"),
+            *("--rss-messages", "5000", "--json", str(tmp_path / "bench.json")),
+        ],
+        timeout=120,
+        expect=[
+            "=== on Apache Pulsar ",
+            "warm-up (not measured): 1,000 x 100 B through the official client",
+            "median ratio b/a",
+            "after restarting the broker all 5,000 were acked",
+            "no messages lost",
+        ],
+    )
+    results = json.loads((tmp_path / "bench.json").read_text())
+    assert [run["broker"] for run in results["brokers"]] == ["apache"]
+    assert {row["spec"]["partitions"] for row in results["brokers"][0]["rows"]} == {1, 4}
+
+
 def test_hostscale_bench_runs_and_loses_nothing(tmp_path: Path) -> None:
     run_bench(
         "hostscale",

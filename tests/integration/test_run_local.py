@@ -84,13 +84,13 @@ class Run:
         raise AssertionError(f"no {what}: line in\n{self.out.read_text()}")
 
 
-def launch(tmp_path: Path, broker_port: int, metrics_port: int) -> Run:
+def launch(tmp_path: Path, broker_port: int, metrics_port: int, *extra: str) -> Run:
     out, err = tmp_path / "out", tmp_path / "err"
     with out.open("wb") as stdout, err.open("wb") as stderr:
         process = subprocess.Popen(
             [sys.executable, str(SCRIPT), "--broker-port", str(broker_port),
              "--metrics-port", str(metrics_port), "--data", str(tmp_path / "data"),
-             "--run", str(tmp_path / "run")],
+             "--run", str(tmp_path / "run"), *extra],
             stdout=stdout, stderr=stderr, env=env(),
         )  # fmt: skip
     return Run(process, out, err, broker_port, metrics_port)
@@ -179,3 +179,44 @@ def test_taken_ports_are_refused_in_one_line_naming_the_holder(tmp_path: Path) -
         assert run.process.wait(30) == 1
         assert "(metrics)" not in run.err.read_text()
     assert not (tmp_path / "data").exists()  # nothing was started
+
+
+@pytest.mark.apache
+def test_on_apache_pulsar_the_hint_round_trips_and_sigterm_stops_both(tmp_path: Path) -> None:
+    """``--broker apache`` (``make run PULSAR=apache``): the same demo on Apache Pulsar
+    standalone, its data under --data/apache-pulsar, stopped cleanly by SIGTERM."""
+    broker_port, metrics_port = two_free_ports()
+    web_port = free_port()
+    run = launch(tmp_path, broker_port, metrics_port, "--broker", "apache", "--web-port",
+                 str(web_port))  # fmt: skip
+    try:
+        wait_for(
+            lambda: "Ctrl-C stops it." in run.out.read_text() or run.process.poll() is not None,
+            120,
+            "run_local --broker apache to start",
+        )
+        assert run.process.poll() is None, run.err.read_text()
+        assert (
+            f"Apache Pulsar standalone is listening on pulsar://127.0.0.1:{broker_port} "
+            f"(admin http://127.0.0.1:{web_port}; data in {tmp_path / 'data' / 'apache-pulsar'})"
+        ) in run.out.read_text()
+        broker, daemon = children(run)
+        assert "org.apache.pulsar.PulsarStandaloneStarter" in Path(
+            f"/proc/{broker}/cmdline"
+        ).read_text().replace("\0", " ")
+
+        subprocess.run(run.hint("send"), check=True, env=env(), timeout=30)
+        done = subprocess.run(run.hint("read"), capture_output=True, text=True, env=env(),
+                              timeout=60)  # fmt: skip
+        assert (done.returncode, done.stdout, done.stderr) == (0, "key=k1 value=hello\n", "")
+
+        run.process.send_signal(signal.SIGTERM)
+        assert run.process.wait(90) == 0
+        assert gone(daemon) and gone(broker)
+        for port in (broker_port, metrics_port, web_port):
+            assert not run_local.port_taken(port)
+        assert (tmp_path / "data" / "apache-pulsar" / "standalone.conf").is_file()
+    finally:
+        if run.process.poll() is None:
+            run.process.kill()  # its children get SIGTERM from the kernel
+        run.process.wait(90)
