@@ -343,8 +343,12 @@ class Bench(BenchBase):
     # -- memory ------------------------------------------------------------------------------------
 
     def rss_hold(self, broker: BenchBroker, messages: int) -> dict[str, Any]:
-        """RSS while holding ``messages`` unacknowledged 100-byte messages (broker killed)."""
-        daemon = Daemon(self.workdir / f"{broker.kind}-daemon-rss", broker.url, DAEMON_ARGS)
+        """RSS while holding ``messages`` unacknowledged 100-byte messages (broker killed).
+
+        No send timeout: the broker is down on purpose, and a JVM broker's restart after a
+        SIGKILL (bookie recovery, topic policies) can take longer than the default 30 s."""
+        hold_args = [*DAEMON_ARGS, "--send-timeout-s", "0"]
+        daemon = Daemon(self.workdir / f"{broker.kind}-daemon-rss", broker.url, hold_args)
         try:
             time.sleep(0.5)
             idle_kib = memory_kib(daemon.pid)["VmRSS"]
