@@ -7,9 +7,12 @@ is taken; --web-port) and its data in ./data/apache-pulsar.
 
 The daemon's socket is ./run/bruce.sock (its stream socket ./run/bruce.stream.sock)
 and its metrics are on 127.0.0.1:9090. Ctrl-C (SIGINT), SIGTERM and SIGHUP stop
-the daemon (which delivers what it buffered) and then the broker; should this
-process die without doing so, the kernel sends both SIGTERM (Linux). If a port
-is taken it starts nothing and says, in one line, what holds it.
+the daemon (which delivers what it buffered) and then the broker; a second one
+stops the daemon at once, or the broker if only it is left. Should this process
+die without doing so, the kernel sends both SIGTERM (Linux). If the broker exits
+while the daemon runs, it says so in one line (which, how, where its log is),
+stops the daemon and exits 1. If a port is taken it starts nothing and says, in
+one line, what holds it.
 
 Options (for tests and second copies): --broker lite|apache, --broker-port, --metrics-port,
 --web-port (Apache Pulsar's admin API), --data DIR, --run DIR.
@@ -18,6 +21,7 @@ Options (for tests and second copies): --broker lite|apache, --broker-port, --me
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import errno
 import os
@@ -155,22 +159,72 @@ class Stopped(Exception):
         self.signum = signum
 
 
+def say(line: str) -> None:
+    print(f"run_local: {line}", file=sys.stderr, flush=True)
+
+
+def exit_status(returncode: int) -> str:
+    """``-9`` -> ``killed by SIGKILL``, ``1`` -> ``exit code 1``."""
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
 class Runner:
-    """The broker and the daemon; a stop signal is forwarded to the daemon as SIGTERM, once."""
+    """The broker and the daemon, watched while they run.
+
+    Every stop signal goes on to the daemon while it runs: SIGINT as itself (so its log
+    says what the user pressed), SIGTERM and SIGHUP as SIGTERM (SIGHUP would mean
+    "reload" to it); the daemon takes a second one as "stop waiting for receipts".
+    """
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.broker: subprocess.Popen[bytes] | None = None
+        self.broker_name = "pulsar-lite"
+        self.broker_log = ""
         self.daemon: subprocess.Popen[bytes] | None = None
+        self.daemon_ready = False  # its signal handlers are in place
         self.stopping = False
+        self.stopping_broker = False
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self.stopping:
+        first, self.stopping = not self.stopping, True
+        daemon, broker = self.daemon, self.broker
+        if daemon is None:
+            if first:
+                raise Stopped(signum)  # still starting: unwind, and `finally` stops the broker
+        elif daemon.poll() is None:
+            passed = signum if signum == signal.SIGINT and self.daemon_ready else signal.SIGTERM
+            daemon.send_signal(passed)
             return
-        self.stopping = True
-        if self.daemon is None:
-            raise Stopped(signum)  # still starting: unwind, and `finally` stops the broker
-        self.daemon.send_signal(signal.SIGTERM)
+        if self.stopping_broker and broker is not None and broker.poll() is None:
+            with contextlib.suppress(ProcessLookupError):  # asked again: do not wait for it
+                os.killpg(broker.pid, signal.SIGKILL)
+
+    def watch(self) -> int:
+        """Wait for the daemon; a broker that exits first is reported in one line, the
+        daemon stopped, and the exit status is 1 (nothing would ever be delivered)."""
+        daemon, broker = self.daemon, self.broker
+        assert daemon is not None and broker is not None
+        broker_died = False
+        while daemon.poll() is None:
+            if not broker_died and not self.stopping and broker.poll() is not None:
+                broker_died = self.stopping = True
+                status, log = exit_status(broker.returncode), self.broker_log
+                say(f"{self.broker_name} exited ({status}); see {log}; stopping pulsar-bruce")
+                daemon.send_signal(signal.SIGTERM)
+            time.sleep(0.1)
+        if broker_died:
+            return 1
+        if not self.stopping:  # it stopped on its own
+            status = exit_status(daemon.returncode)
+            say(f"pulsar-bruce exited ({status}); stopping {self.broker_name}")
+            return daemon.returncode or 1
+        return daemon.returncode
 
     def wait_until(self, ready: Callable[[], bool], child: subprocess.Popen[bytes], what: str,
                    log: str, timeout: float = 30) -> None:  # fmt: skip
@@ -188,6 +242,7 @@ class Runner:
         config.write_text("default_partitions = 4\n\n[metrics]\nenabled = false\n")
         from pulsar_lite.binary_finder import find_pulsar_lite_binary
 
+        self.broker_log = str(data / "broker.log")
         with (data / "broker.log").open("ab") as log:
             self.broker = start(
                 [find_pulsar_lite_binary(), "--config", str(config),
@@ -221,6 +276,7 @@ class Runner:
             except (OSError, AdminError):
                 return False
 
+        self.broker_name, self.broker_log = "Apache Pulsar", str(pulsar.log_path)
         with pulsar.log_path.open("ab") as log:
             self.broker = start(
                 command, cwd=pulsar.workdir, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
@@ -250,17 +306,20 @@ class Runner:
             "pulsar-bruce",
             "its log above",
         )
+        self.daemon_ready = True
         print(hint(args, sock), flush=True)
-        return self.daemon.wait()
+        return self.watch()
 
     def stop(self) -> None:
         """The daemon first (it delivers what it holds), then the broker."""
-        self.stopping = True  # from here on, signals change nothing
+        self.stopping = True  # from here on a signal goes to the daemon, or kills the broker
         if self.daemon is not None and self.daemon.poll() is None:
             self.daemon.send_signal(signal.SIGTERM)
             self.daemon.wait()
         if self.broker is not None and self.broker.poll() is None:
+            self.stopping_broker = True  # a further signal kills it
             os.killpg(self.broker.pid, signal.SIGTERM)
+            os.killpg(self.broker.pid, signal.SIGCONT)  # stopped (Ctrl-Z, SIGSTOP): wake it up
             try:  # the JVM closes its broker, bookie and metadata store: give it longer
                 self.broker.wait(60 if self.args.broker == "apache" else 10)
             except subprocess.TimeoutExpired:

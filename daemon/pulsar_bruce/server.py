@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pulsar_bruce import reasons
 from pulsar_bruce.config import TOPIC_OPTIONS, Config, ConfigError
 from pulsar_bruce.connection.oauth2 import OAuth2Options
 from pulsar_bruce.connection.pool import ConnectionPool
@@ -36,17 +35,16 @@ from pulsar_bruce.metrics.status import status_document
 from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.producer.delivery import DeliveryPolicy
 from pulsar_bruce.route.intake import Intake
-from pulsar_bruce.route.outcomes import Evidence, Outcomes, forget_buffered, spool_records_of
+from pulsar_bruce.route.outcomes import Evidence, Outcomes
 from pulsar_bruce.route.topic_manager import TopicManager
 from pulsar_bruce.route.topic_settings import TopicConfigurator
-from pulsar_bruce.service import systemd
+from pulsar_bruce.service import shutdown, systemd
 from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.spool.spooler import Spooler
 from pulsar_bruce.spool.store import SpoolStore
 
 log = logging.getLogger(__name__)
 
-_SHUTDOWN_POLL_S = 0.02
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -128,7 +126,11 @@ class Server:
 
     async def serve(self) -> None:
         with self.capture_signals():
-            await self.startup()
+            try:
+                await self.startup()
+            except BaseException:
+                await self._abandon_startup()
+                raise
             await self._stop.wait()
             await self.shutdown()
 
@@ -196,6 +198,20 @@ class Server:
         self.started.set()
         self.notifier.ready(self._status())
 
+    async def _abandon_startup(self) -> None:
+        """A start refused half-way (a stream socket in use, an unusable spool) leaves no
+        socket file of ours behind for senders to write into, and no port open."""
+        if self.reader is not None:
+            self.reader.stop()
+            self.reader.sock.close()
+            if not self.socket_activated:
+                with contextlib.suppress(OSError):
+                    Path(self.config.socket).unlink()
+        if self.stream_server is not None:
+            await self.stream_server.stop()  # unlinks only a socket it made
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
+
     def request_stop(self, signum: int | None = None) -> None:
         """First stop signal: shut down gracefully; a second one: stop waiting for receipts."""
         name = signal.Signals(signum).name if signum is not None else "stop request"
@@ -223,8 +239,12 @@ class Server:
             self.spooler.stop_replaying()  # what is on disk stays there for the next start
         self.policy.write_held()
         self.topics.seal_all()
-        await self._wait_for_receipts(time.monotonic() + self.config.shutdown_timeout_s)
-        self._keep_or_discard_the_rest()
+        await shutdown.wait_for_receipts(
+            self.ledger, self.config.shutdown_timeout_s, self._stop_now, self.spooler is not None
+        )
+        shutdown.keep_or_discard_the_rest(
+            self.topics.registry, self.ledger, self.outcomes, self.spooler, self._stop_now.is_set()
+        )
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -241,30 +261,6 @@ class Server:
             ledger.acked,
             ledger.discarded_total,
         )
-
-    async def _wait_for_receipts(self, deadline: float) -> None:
-        ledger = self.ledger
-        while (
-            ledger.buffered_messages > ledger.spooled_messages
-            and time.monotonic() < deadline
-            and not self._stop_now.is_set()
-        ):
-            await asyncio.sleep(_SHUTDOWN_POLL_S)
-
-    def _keep_or_discard_the_rest(self) -> None:
-        """Unacked messages go to the front of the spool if there is one (and room), else
-        they are discarded as ``shutdown``."""
-        topics = list(self.topics.registry)
-        why = "shutdown cut short" if self._stop_now.is_set() else "shutdown timeout"
-        if self.spooler is not None:
-            front, count, charge = spool_records_of(topics)
-            if self.spooler.shutdown(front):
-                forget_buffered(topics)
-                self.ledger.to_disk(count, charge)
-                log.warning("%s: %d unacknowledged messages kept in the spool", why, count)
-        left = self.outcomes.discard_everything(topics, reasons.SHUTDOWN)
-        if left:
-            log.warning("%s: discarded %d unacknowledged messages", why, left)
 
     def reload(self) -> None:
         """SIGHUP: re-read the configuration and apply its per-topic settings, dropping nothing."""

@@ -7,6 +7,7 @@ commands its hint prints send a message and read back just that message.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shlex
@@ -129,8 +130,59 @@ def test_a_stop_signal_stops_the_daemon_then_the_broker(running: Run, signum: in
     assert gone(daemon) and gone(broker)
     assert not run_local.port_taken(running.broker_port)
     assert not run_local.port_taken(running.metrics_port)
-    # The daemon got SIGTERM whatever the signal (SIGHUP would have meant "reload" to it).
-    assert "received SIGTERM, shutting down" in running.err.read_text()
+    # SIGINT (Ctrl-C) is passed on as itself, so the daemon's log says what was pressed;
+    # SIGHUP as SIGTERM (it would mean "reload" to the daemon).
+    passed = "SIGINT" if signum == signal.SIGINT else "SIGTERM"
+    assert f"received {passed}, shutting down" in running.err.read_text()
+
+
+def test_a_second_ctrl_c_stops_the_daemon_at_once(running: Run) -> None:
+    """With the broker not answering (stopped), the daemon would wait --shutdown-timeout-s
+    (30 s) for a receipt; it says so, and a second Ctrl-C passed on ends the wait."""
+    broker, daemon = children(running)
+    group = os.getpgid(broker)
+    os.killpg(group, signal.SIGSTOP)
+    try:
+        subprocess.run(running.hint("send"), check=True, env=env(), timeout=30)
+        wait_for(lambda: "pulsar_bruce_received_total 1.0" in scrape(running), 30, "the message")
+        running.process.send_signal(signal.SIGINT)
+        wait_for(lambda: "waiting up to 30 s" in running.err.read_text(), 30, "the wait's line")
+        running.process.send_signal(signal.SIGINT)
+        assert running.process.wait(20) == 0  # well before the 30 s
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # run_local sent it already, unless
+            os.killpg(group, signal.SIGCONT)  # the test failed: leave no stopped broker
+    log = running.err.read_text()
+    assert (
+        "waiting up to 30 s (--shutdown-timeout-s) for the broker to acknowledge 1 buffered "
+        "messages, then discarding the rest; a second Ctrl-C or SIGTERM stops now"
+    ) in log
+    assert "received SIGINT again: not waiting for receipts any longer" in log
+    assert "shutdown cut short: discarded 1 unacknowledged messages" in log
+    wait_for(lambda: gone(daemon) and gone(broker), 30, "broker and daemon to stop")
+
+
+def test_a_broker_that_exits_is_reported_in_one_line_and_stops_the_daemon(
+    running: Run, tmp_path: Path
+) -> None:
+    broker, daemon = children(running)
+    os.kill(broker, signal.SIGKILL)
+    assert running.process.wait(30) == 1
+    said = [line for line in running.err.read_text().splitlines() if line.startswith("run_local")]
+    assert said == [
+        f"run_local: pulsar-lite exited (killed by SIGKILL); see {tmp_path / 'data' / 'broker.log'}"
+        "; stopping pulsar-bruce"
+    ]
+    assert gone(daemon)
+    assert not run_local.port_taken(running.metrics_port)
+
+
+def scrape(run: Run) -> str:
+    import urllib.request
+
+    url = f"http://127.0.0.1:{run.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())
 
 
 def test_killed_outright_its_children_follow(running: Run) -> None:
@@ -216,6 +268,34 @@ def test_on_apache_pulsar_the_hint_round_trips_and_sigterm_stops_both(tmp_path: 
         for port in (broker_port, metrics_port, web_port):
             assert not run_local.port_taken(port)
         assert (tmp_path / "data" / "apache-pulsar" / "standalone.conf").is_file()
+    finally:
+        if run.process.poll() is None:
+            run.process.kill()  # its children get SIGTERM from the kernel
+        run.process.wait(90)
+
+
+@pytest.mark.apache
+def test_on_apache_pulsar_a_broker_that_exits_is_reported_too(tmp_path: Path) -> None:
+    """The same watch covers ``--broker apache``: its name and its log in the line."""
+    broker_port, metrics_port = two_free_ports()
+    run = launch(tmp_path, broker_port, metrics_port, "--broker", "apache", "--web-port",
+                 str(free_port()))  # fmt: skip
+    try:
+        wait_for(
+            lambda: "Ctrl-C stops it." in run.out.read_text() or run.process.poll() is not None,
+            120,
+            "run_local --broker apache to start",
+        )
+        assert run.process.poll() is None, run.err.read_text()
+        broker, daemon = children(run)
+        os.kill(broker, signal.SIGKILL)
+        assert run.process.wait(30) == 1
+        said = [line for line in run.err.read_text().splitlines() if line.startswith("run_local")]
+        log = tmp_path / "data" / "apache-pulsar" / "broker.log"
+        assert said == [
+            f"run_local: Apache Pulsar exited (killed by SIGKILL); see {log}; stopping pulsar-bruce"
+        ]
+        assert gone(daemon)
     finally:
         if run.process.poll() is None:
             run.process.kill()  # its children get SIGTERM from the kernel

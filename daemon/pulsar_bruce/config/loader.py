@@ -22,6 +22,7 @@ from pulsar_bruce.config.model import (
     qualify_topic_pattern,
 )
 from pulsar_bruce.config.options import AUTH_TOKEN_ENV
+from pulsar_bruce.config.paths import check_paths
 from pulsar_bruce.model.secret import Secret
 from pulsar_bruce.model.vocabulary import check_level
 
@@ -134,6 +135,10 @@ def _check_consistency(config: Config) -> None:
             f"--auth-token-file: {AUTH_TOKEN_ENV} is set too; give the token one way only"
         )
     _check_oauth2(config)
+    try:
+        check_paths(config)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _check_oauth2(config: Config) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from pulsar_bruce.config.options import AUTH_TOKEN_ENV, Option, option, options_of
 from pulsar_bruce.config.values import (
+    parse_batch_delay_ms,
     parse_bool,
     parse_compression,
     parse_compression_level,
@@ -31,6 +32,7 @@ from pulsar_bruce.config.values import (
     parse_optional_dir,
     parse_optional_path,
     parse_path,
+    parse_path_text,
     parse_positive_int,
     parse_positive_number,
     parse_service_url,
@@ -116,7 +118,8 @@ class TopicSettings:
     batch_max_bytes: int = option(
         "128KiB", parse_size, "bytes per batch at most", "SIZE")
     batch_max_delay_ms: float = option(
-        10.0, parse_non_negative_number, "longest a message waits for its batch to fill", "MS")
+        10.0, parse_batch_delay_ms,
+        "longest a message waits for its batch to fill (at most 60000)", "MS")
     compression: Compression = option(  # noqa: RUF009 - option() returns a field()
         "lz4", parse_compression, f"batch compression: {', '.join(Compression)}", "NAME")
     compression_level: int = option(
@@ -171,7 +174,7 @@ class Config(TopicSettings, _ProcessOptions):
         30.0, parse_positive_number,
         "a batch unconfirmed this long makes the daemon reconnect and resend", "SECONDS")
     stream_socket: str = option(
-        "auto", parse_text,
+        "auto", parse_path_text,
         "UNIX stream socket for confirmed delivery (flush requests); auto: next to --socket "
         "(bruce.sock -> bruce.stream.sock); off: none", "PATH")
     spool_dir: str = option(

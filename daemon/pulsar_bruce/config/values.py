@@ -122,10 +122,18 @@ def parse_text(value: object) -> str:
 
 
 def parse_path(value: object) -> str:
-    path = parse_text(value)
+    path = parse_path_text(value)
     if not path:
         raise ValueError("expected a path, got an empty string")
     return path
+
+
+def parse_path_text(value: object) -> str:
+    """Text naming a file: a NUL byte cannot be in a path (the start would die on it)."""
+    text = parse_text(value)
+    if "\0" in text:
+        raise ValueError(f"expected a path without NUL bytes, got {text!r}")
+    return text
 
 
 def parse_optional_path(value: object) -> str | None:
@@ -133,34 +141,55 @@ def parse_optional_path(value: object) -> str | None:
 
 
 def parse_optional_dir(value: object) -> str:
-    """A directory path, or the empty string for "off"."""
-    return parse_text(value).strip()
+    """A path, or the empty string for "off"."""
+    return parse_path_text(value).strip()
 
 
 def parse_positive_int(text: str | int) -> int:
-    if isinstance(text, bool) or not isinstance(text, int | str):
-        raise ValueError(f"expected a positive integer, got {text!r}")
-    value = int(text)
+    value = _integer(text, "a positive integer")
     if value <= 0:
         raise ValueError(f"expected a positive integer, got {text!r}")
     return value
 
 
 def parse_non_negative_int(text: str | int) -> int:
-    if isinstance(text, bool) or not isinstance(text, int | str):
-        raise ValueError(f"expected a non-negative integer, got {text!r}")
-    value = int(text)
+    value = _integer(text, "a non-negative integer")
     if value < 0:
         raise ValueError(f"expected a non-negative integer, got {text!r}")
     return value
 
 
+def _integer(text: object, expected: str) -> int:
+    """``int(text)``, but a refusal says what was expected instead of Python's own words."""
+    if isinstance(text, bool) or not isinstance(text, int | str):
+        raise ValueError(f"expected {expected}, got {text!r}")
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"expected {expected}, got {text!r}") from None
+
+
 def parse_non_negative_number(text: str | float) -> float:
     if isinstance(text, bool) or not isinstance(text, int | float | str):
         raise ValueError(f"expected a non-negative number, got {text!r}")
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"expected a non-negative number, got {text!r}") from None
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"expected a non-negative number, got {text!r}")
+    return value
+
+
+#: The longest a batch may linger: beyond it a "delay" is a typo (1e308 would never send).
+MAX_BATCH_DELAY_MS = 60_000
+
+
+def parse_batch_delay_ms(text: str | float) -> float:
+    """Milliseconds a message may wait for its batch to fill, 0 to 60000."""
+    value = parse_non_negative_number(text)
+    if value > MAX_BATCH_DELAY_MS:
+        raise ValueError(f"expected milliseconds between 0 and {MAX_BATCH_DELAY_MS}, got {text!r}")
     return value
 
 

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from urllib.parse import parse_qs
@@ -42,6 +43,11 @@ class _Only:
                 yield family
 
 
+class MetricsListenError(OSError):
+    """The metrics address cannot be listened on; the message names ``--metrics-listen``
+    (asyncio's own says only which address)."""
+
+
 class MetricsServer:
     """``GET /metrics`` (Prometheus text), ``GET /status`` (JSON), ``GET /`` (pointers)."""
 
@@ -61,7 +67,14 @@ class MetricsServer:
         self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        try:
+            self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        except OSError as exc:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise MetricsListenError(
+                f"--metrics-listen {self.host}:{self.port}: cannot listen: {reason} "
+                "(give another HOST:PORT, or off)"
+            ) from None
         sockets = self._server.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]

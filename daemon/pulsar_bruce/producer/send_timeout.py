@@ -49,6 +49,12 @@ class SendTimeout:
         if self.timeout_s and self._check is None:
             self._check = self._loop.call_later(self.timeout_s, self._expire)
 
+    def stop(self) -> None:
+        """Shutdown: from now on ``--shutdown-timeout-s`` bounds the wait, and what it
+        leaves is discarded as ``shutdown``, not as ``send_timeout``."""
+        self.timeout_s = 0.0
+        self.cancel()
+
     def cancel(self) -> None:
         if self._check is not None:
             self._check.cancel()

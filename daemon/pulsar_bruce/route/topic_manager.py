@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 from collections.abc import Coroutine
@@ -84,7 +85,11 @@ class TopicManager:
         await asyncio.gather(*(driver.stop() for driver in self.drivers.values()))
 
     def seal_all(self) -> None:
-        """Seal every open batch and write it (shutdown flush)."""
+        """Shutdown: seal every open batch and write it; no send timeout fires from now on
+        (the shutdown timeout bounds the wait, and what it leaves is ``shutdown``'s)."""
+        self.delivery = dataclasses.replace(self.delivery, send_timeout_s=0.0)
+        for driver in self.drivers.values():
+            driver.send_timeout.stop()
         for topic in self.registry:
             for producer in topic.producers:
                 if producer.seal() is not None:

@@ -57,7 +57,7 @@ ROLES = {
     "route": "the intake, topics, routing and outcomes",
     "input": "datagram and stream sockets",
     "metrics": "Prometheus, /status, discard log",
-    "service": "systemd, logging",
+    "service": "systemd, logging, the shutdown wait",
     "server": "wiring, startup, shutdown",
     "cli": "the command line",
     "__main__": "python -m pulsar_bruce",

@@ -17,8 +17,11 @@ from typing import Any
 
 import pytest
 from pulsar_bruce.config import Config, load_config
+from pulsar_bruce.input.unix_sockets import SocketInUseError
 from pulsar_bruce.server import Server
 from to_pulsar.encoding import encode_any_partition
+
+from tests.support.fakebroker import FakeBroker
 
 
 def _config(tmp_path: Path, **options: Any) -> Config:
@@ -75,7 +78,12 @@ def test_second_stop_signal_ends_the_shutdown_wait_and_handlers_are_restored(
     assert ledger.discarded["shutdown"] == 5
     assert ledger.identity_holds() and ledger.buffered_messages == 0
     assert ledger.buffered_bytes == 0
-    assert "again: not waiting for receipts any longer" in caplog.text
+    assert (
+        "waiting up to 600 s (--shutdown-timeout-s) for the broker to acknowledge 5 buffered "
+        "messages, then discarding the rest; a second Ctrl-C or SIGTERM stops now"
+    ) in caplog.text
+    assert "received SIGINT, shutting down" in caplog.text
+    assert "received SIGINT again: not waiting for receipts any longer" in caplog.text
     assert "shutdown cut short: discarded 5" in caplog.text
     assert {signum: signal.getsignal(signum) for signum in before} == before
 
@@ -128,3 +136,45 @@ def test_sighup_reloads_per_topic_settings(tmp_path: Path) -> None:
 
     asyncio.run(run())
     assert server.ledger.discarded["rate_limited"] == 2
+
+
+def test_what_the_shutdown_timeout_leaves_is_shutdown_never_send_timeout(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The batch is written but never confirmed; its send timeout (1 s) would fire during
+    the shutdown wait (2 s), but the shutdown stops send timeouts: what the wait leaves is
+    counted as ``shutdown``, as the README says."""
+    broker = FakeBroker().start()
+    broker.swallow_receipts()  # connected, never confirming
+    config = _config(tmp_path, service_url=broker.url, send_timeout_s="1", shutdown_timeout_s="2")
+    server = Server(config)
+
+    async def run() -> None:
+        task = asyncio.create_task(server.serve())
+        await asyncio.wait_for(server.started.wait(), 10)
+        _send(tmp_path / "bruce.sock", 3)
+        await _until(lambda: sum(sent.num_messages for sent in broker.sends()) == 3)
+        server.request_stop()
+        await asyncio.wait_for(task, 30)
+
+    try:
+        with caplog.at_level("INFO"):
+            asyncio.run(run())
+    finally:
+        broker.stop()
+    assert server.ledger.discarded["shutdown"] == 3
+    assert server.ledger.discarded["send_timeout"] == 0
+    assert "shutdown timeout: discarded 3 unacknowledged messages" in caplog.text
+    assert "waiting up to 2 s (--shutdown-timeout-s)" in caplog.text
+
+
+def test_a_start_refused_half_way_leaves_no_socket_file(tmp_path: Path) -> None:
+    """The stream socket is refused (another process accepts on it) after the datagram
+    socket was made: that file goes too, so no sender writes into a dead socket."""
+    taken = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    taken.bind(str(tmp_path / "bruce.stream.sock"))
+    taken.listen()
+    server = Server(_config(tmp_path, stream_socket="auto"))
+    with taken, pytest.raises(SocketInUseError, match="another process is accepting"):
+        asyncio.run(server.serve())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bruce.stream.sock"]  # not ours

@@ -1,0 +1,70 @@
+"""The shutdown's wait for receipts, and what becomes of the messages it leaves.
+
+The wait says up front what it waits for and for how long: with the broker
+down it lasts the whole ``--shutdown-timeout-s``, and a silent pause reads as
+a hang (a second SIGINT or SIGTERM ends it, and the line says so).  What is
+left at its end is ``shutdown``'s, never ``send_timeout``'s: the topic manager
+stops the send timeouts when the shutdown starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+
+from pulsar_bruce import reasons
+from pulsar_bruce.model.ledger import Ledger
+from pulsar_bruce.route.outcomes import Outcomes, forget_buffered, spool_records_of
+from pulsar_bruce.route.router import Topic
+from pulsar_bruce.spool.spooler import Spooler
+
+log = logging.getLogger(__name__)
+
+_POLL_S = 0.02
+
+
+async def wait_for_receipts(
+    ledger: Ledger, timeout_s: float, stop_now: asyncio.Event, spool: bool
+) -> None:
+    """Wait until what memory holds is acknowledged, ``timeout_s`` at most, or ``stop_now``."""
+    waiting = ledger.buffered_messages - ledger.spooled_messages
+    if waiting <= 0 or timeout_s <= 0 or stop_now.is_set():
+        return
+    log.info(
+        "waiting up to %g s (--shutdown-timeout-s) for the broker to acknowledge %d "
+        "buffered messages, then %s the rest; a second Ctrl-C or SIGTERM stops now",
+        timeout_s,
+        waiting,
+        "spooling" if spool else "discarding",
+    )
+    deadline = time.monotonic() + timeout_s
+    while (
+        ledger.buffered_messages > ledger.spooled_messages
+        and time.monotonic() < deadline
+        and not stop_now.is_set()
+    ):
+        await asyncio.sleep(_POLL_S)
+
+
+def keep_or_discard_the_rest(
+    topics: Iterable[Topic],
+    ledger: Ledger,
+    outcomes: Outcomes,
+    spooler: Spooler | None,
+    cut_short: bool,
+) -> None:
+    """Unacked messages go to the front of the spool if there is one (and room), else
+    they are discarded as ``shutdown``."""
+    topics = list(topics)
+    why = "shutdown cut short" if cut_short else "shutdown timeout"
+    if spooler is not None:
+        front, count, charge = spool_records_of(topics)
+        if spooler.shutdown(front):
+            forget_buffered(topics)
+            ledger.to_disk(count, charge)
+            log.warning("%s: %d unacknowledged messages kept in the spool", why, count)
+    left = outcomes.discard_everything(topics, reasons.SHUTDOWN)
+    if left:
+        log.warning("%s: discarded %d unacknowledged messages", why, left)
