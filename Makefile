@@ -8,7 +8,17 @@ PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 RUN_STAMP := $(VENV)/.run-stamp
 STAMP     := $(VENV)/.test-stamp
 
-.PHONY: run test unit lint proto bench clean apache-classpath
+.PHONY: help run test unit lint proto bench clean apache-classpath
+
+# A bare `make` lists the targets (the `## target: text` comments below), builds nothing.
+.DEFAULT_GOAL := help
+
+## help: this list (what a bare `make` prints)
+help:
+	@echo "pulsar-bruce: make TARGET"
+	@awk '/^## [a-z-]+:/ { sub(/^## /, ""); name = substr($$0, 1, index($$0, ":") - 1); \
+	      printf "  %-18s%s\n", name, substr($$0, length(name) + 3); next } \
+	     /^## / { sub(/^## /, ""); printf "  %-18s%s\n", "", $$0 }' $(firstword $(MAKEFILE_LIST))
 
 # The compiled intake is built here where a C compiler is; the last line says which intake runs.
 $(RUN_STAMP): pyproject.toml $(wildcard daemon/pulsar_bruce/native/*.[ch])
@@ -39,9 +49,11 @@ test: $(STAMP) lint apache-classpath
 apache-classpath: $(STAMP)
 	$(BIN)/python -m tests.support.apache_pulsar classpath
 
+## unit: the unit tests only (tests/unit: no broker)
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
 
+## lint: ruff and mypy (strict)
 lint: $(STAMP)
 	$(BIN)/ruff check daemon client_lib tests examples $(wildcard bench)
 	$(BIN)/mypy daemon/pulsar_bruce client_lib/to_pulsar
@@ -58,5 +70,6 @@ proto: $(STAMP)
 	    --python_out=daemon/pulsar_bruce/frame --pyi_out=daemon/pulsar_bruce/frame \
 	    proto/pulsar_api.proto
 
+## clean: remove .venv, ./data and ./run
 clean:
 	rm -rf $(VENV) data run

@@ -18,8 +18,13 @@ ships ``to_pulsar`` to the executors)::
         s3a://bucket/events/ --format parquet --topic events \\
         --value-column payload --key-column user_id --partition-key-column shard
 
-``--rows`` writes through ``to_pulsar.spark.write`` (``df.rdd``) instead of the
-data source format, for executors whose Python has no pyarrow.
+With a local master (``--master 'local[2]'``, or none) Spark's Python workers run in
+this interpreter unless ``$PYSPARK_PYTHON`` is set. On a cluster the format needs pyarrow
+in the executors' Python; ``--rows`` writes through ``to_pulsar.spark.write``
+(``df.rdd``) instead, which needs nothing there. A failure is one line on stderr, exit 1.
+
+On success it prints one line: rows read, acked, discarded (with
+``--tolerate-discards`` through the format, the discards are in to_pulsar's log line).
 
 Without --value-column each row is sent as one JSON object (Spark's ``to_json``).
 """
@@ -27,6 +32,7 @@ Without --value-column each row is sent as one JSON object (Spark's ``to_json``)
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -37,13 +43,18 @@ except ImportError:  # run from a checkout: use the source tree
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "client_lib"))
     import to_pulsar.spark
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark import SparkConf
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+
+PROG = "spark_replay.py"
+# A to_pulsar error raised in a Python worker, inside Spark's (Py4J) wrapping of it.
+_WORKER_ERROR = re.compile(r"ToPulsarSparkError: (to_pulsar: [^\n]*)")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="spark_replay.py",
+        prog=PROG,
         description="Replay a dataset into a Pulsar topic through the local pulsar-bruce daemons.",
     )
     parser.add_argument("input", help="file or directory (any path Spark can read)")
@@ -128,15 +139,43 @@ def to_messages(df: DataFrame, args: argparse.Namespace) -> DataFrame:
     return df.select(*columns)
 
 
+def one_line(exc: BaseException) -> str:
+    """The cause and its remedy in one line, not Spark's 40-line Py4J traceback."""
+    text = str(exc)
+    if not isinstance(exc, to_pulsar.ToPulsarError):
+        match = _WORKER_ERROR.search(text)
+        text = match.group(1) if match else (text.strip().splitlines() or [repr(exc)])[0]
+    if "has no pyarrow" in text:
+        text += "; with this example: --rows"
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     owned = SparkSession.getActiveSession() is None  # else embedded: leave the session be
+    if owned:  # a local master's workers: this Python (with pyarrow), not python3 on PATH
+        to_pulsar.spark.use_this_python_locally(
+            args.master or SparkConf().get("spark.master", "local[*]")
+        )
     builder = SparkSession.builder.appName(f"spark_replay -> {args.topic}")
     if args.master:
         builder = builder.master(args.master)
     spark = builder.getOrCreate()
-    to_pulsar.spark.register(spark)
+    if owned:  # Spark's warnings (with Java stack traces) would bury the one-line error
+        spark.sparkContext.setLogLevel("ERROR")
+    try:
+        return replay(spark, args)
+    except Exception as exc:  # Spark's, to_pulsar's: one line, never a traceback
+        print(f"{PROG}: error: {one_line(exc)}", file=sys.stderr)
+        return 1
+    finally:
+        if owned:
+            spark.stop()
 
+
+def replay(spark: SparkSession, args: argparse.Namespace) -> int:
+    """Read, map and write; print the one summary line."""
+    to_pulsar.spark.register(spark)
     messages = to_messages(read(spark, args.input, args.format), args)
     if args.partitions:
         messages = messages.repartition(args.partitions)
@@ -150,19 +189,28 @@ def main(argv: list[str] | None = None) -> int:
     # Either way, this returns once every row is acked, and raises if a task could not
     # deliver its rows.
     if args.rows:
-        to_pulsar.spark.write(messages, **options)
+        summary = to_pulsar.spark.write(messages, **options)
+        rows, acked = summary.rows, str(summary.acked)
+        discarded = sum(summary.discarded.values())
+        reasons = ", ".join(f"{r} {n}" for r, n in sorted(summary.discarded.items()))
+        discards = f"{discarded} discarded" + (f" ({reasons})" if reasons else "")
     else:
+        observed = Observation("spark_replay")  # counts the rows as they are written
+        messages = messages.observe(observed, F.count(F.lit(1)).alias("rows"))
         writer = messages.write.format("to_pulsar").mode("append")
         for name, value in options.items():
             if value is not None:
                 writer = writer.option(name, value)  # pyspark spells booleans true/false
         writer.save()
+        rows = int(observed.get["rows"])
+        # Without --tolerate-discards a write that returns had every row acked.
+        acked, discards = (str(rows), "0 discarded")
+        if args.tolerate_discards:
+            acked, discards = "?", "discards (tolerated) in to_pulsar's log line"
     print(
-        f"replayed {args.input} into {args.topic} in {time.monotonic() - started:.1f} s",
-        file=sys.stderr,
+        f"{PROG}: {rows} rows from {args.input} into {args.topic}: {acked} acked, {discards} "
+        f"({time.monotonic() - started:.1f} s)"
     )
-    if owned:
-        spark.stop()
     return 0
 
 

@@ -17,9 +17,9 @@ from .client import Sender
 from .errors import InvalidMessageError, SendTimeoutError, ToPulsarError
 from .paths import (
     DEFAULT_SOCKET_PATH,
-    DEFAULT_STREAM_SOCKET_PATH,
     SOCKET_ENV_VAR,
     STREAM_SOCKET_ENV_VAR,
+    confirm_socket_path,
 )
 
 if TYPE_CHECKING:
@@ -56,8 +56,9 @@ stops the run, prints what was sent and exits 130.
 
 \b
 Confirmed delivery: with --confirm the messages go over the daemon's stream
-socket (--stream-socket-path), and the command waits until the broker has
-acked them all (up to --confirm-timeout-s). It prints nothing when they were;
+socket (--stream-socket-path, else the one beside --socket-path: bruce.sock ->
+bruce.stream.sock, as the daemon places it), and the command waits until the
+broker has acked them all (up to --confirm-timeout-s). It prints nothing when they were;
 if any was discarded it exits 1 with one line of counts by reason, e.g.
   {PROG}: error: 1 of 3 messages discarded (too_large 1)
 
@@ -92,6 +93,21 @@ def _print_completion(ctx: click.Context, param: click.Parameter, shell: str | N
     if complete_class is None:  # unreachable: click.Choice only lets SHELLS through
         raise click.BadParameter(f"unsupported shell {shell!r}", ctx, param)
     click.echo(complete_class(ctx.command, {}, PROG, COMPLETE_VAR).source())
+    ctx.exit(EXIT_OK)
+
+
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """``-V``/``--version``: the installed distribution's version (looked up only when asked,
+    so sending pays nothing for it)."""
+    if not value or ctx.resilient_parsing:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("pulsar-bruce")
+    except PackageNotFoundError:  # imported from a checkout, not installed
+        found = "(not installed)"
+    click.echo(f"{PROG} {found}")
     ctx.exit(EXIT_OK)
 
 
@@ -134,8 +150,9 @@ def _parse_properties(pairs: tuple[str, ...]) -> dict[str, str]:
     metavar="PATH",
     type=click.Path(readable=False),
     default=None,
-    help=f"Daemon stream socket, for --confirm. "
-    f"[default: ${STREAM_SOCKET_ENV_VAR}, else {DEFAULT_STREAM_SOCKET_PATH}]",
+    help="Daemon stream socket, for --confirm. [default: beside --socket-path "
+    f"(bruce.sock -> bruce.stream.sock), else ${STREAM_SOCKET_ENV_VAR}, else beside "
+    f"${SOCKET_ENV_VAR} or {DEFAULT_SOCKET_PATH}]",
 )
 @click.option(
     "--confirm-timeout-s",
@@ -219,6 +236,15 @@ def _parse_properties(pairs: tuple[str, ...]) -> dict[str, str]:
     callback=_print_completion,
     help="Print the shell completion script for SHELL (bash, zsh, fish) and exit.",
 )
+@click.option(
+    "-V",
+    "--version",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=_print_version,
+    help="Print the version and exit.",
+)
 def command(
     socket_path: str | None,
     confirm: bool,
@@ -274,7 +300,8 @@ def command(
         if confirm:
             from .stream import StreamSender  # only --confirm pays for importing it
 
-            with StreamSender(stream_socket_path, timeout=confirm_timeout_s) as stream:
+            where = confirm_socket_path(stream_socket_path, socket_path)
+            with StreamSender(where, timeout=confirm_timeout_s) as stream:
                 run = Run(stream.send_raw, encode, timestamp, count, interval_us, bar)
                 run.run()
                 _confirm(stream, count, confirm_timeout_s)

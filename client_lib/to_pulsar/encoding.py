@@ -18,6 +18,8 @@ import struct
 from collections.abc import Callable, Mapping
 
 from .errors import InvalidMessageError
+from .topics import MAX_TOPIC_SIZE as MAX_TOPIC_SIZE  # re-exported: its old home
+from .topics import check_topic
 
 API_KEY_ANY_PARTITION = 256
 API_KEY_PARTITION_KEY = 257
@@ -26,7 +28,6 @@ API_VERSION = 0
 # Key and value: any bytes-like object, or str (sent as UTF-8).
 Payload = bytes | bytearray | memoryview | str
 
-MAX_TOPIC_SIZE = 0x7FFF
 MIN_PARTITION_KEY = -0x8000_0000
 MAX_PARTITION_KEY = 0xFFFF_FFFF
 
@@ -48,13 +49,6 @@ _pack_pk_head = _PK_HEAD.pack
 _pack_ts_keysize = _TS_KEYSIZE.pack
 _pack_valuesize = _VALUESIZE.pack
 _join = b"".join
-
-
-def _bad_topic(topic_size: int) -> InvalidMessageError:
-    """Only the length is checked here; the daemon does the semantic validation."""
-    return InvalidMessageError(
-        f"topic must be 1..{MAX_TOPIC_SIZE} bytes of UTF-8, got {topic_size} bytes"
-    )
 
 
 def _payload_bytes(what: str, data: Payload) -> bytes:
@@ -97,9 +91,8 @@ def encode_any_partition(
     size = 0
     try:
         raw_topic = topic.encode() if isinstance(topic, str) else topic
+        check_topic(raw_topic)  # the daemon's rule: a bad name fails here, not there
         topic_size = len(raw_topic)
-        if not 0 < topic_size <= MAX_TOPIC_SIZE:
-            raise _bad_topic(topic_size)
         if type(value) is not bytes:
             value = _payload_bytes("value", value)
         if type(key) is not bytes:
@@ -141,9 +134,8 @@ def encode_partition_key(
     size = 0
     try:
         raw_topic = topic.encode() if isinstance(topic, str) else topic
+        check_topic(raw_topic)  # the daemon's rule: a bad name fails here, not there
         topic_size = len(raw_topic)
-        if not 0 < topic_size <= MAX_TOPIC_SIZE:
-            raise _bad_topic(topic_size)
         if type(value) is not bytes:
             value = _payload_bytes("value", value)
         if type(key) is not bytes:
@@ -188,9 +180,8 @@ class _PlainHeads(dict[str | bytes, PlainHead]):
 
     def __missing__(self, topic: str | bytes) -> PlainHead:
         raw_topic = topic.encode() if isinstance(topic, str) else topic
+        check_topic(raw_topic)
         size = len(raw_topic)
-        if not 0 < size <= MAX_TOPIC_SIZE:
-            raise _bad_topic(size)
         if len(self) >= 1024:
             self.clear()
         any_layout = struct.Struct(f">i{8 + size}sqii")
@@ -291,8 +282,7 @@ def encode_message_record(
     size = 0
     try:
         raw_topic = topic.encode() if isinstance(topic, str) else topic
-        if not 0 < len(raw_topic) <= MAX_TOPIC_SIZE:
-            raise _bad_topic(len(raw_topic))
+        check_topic(raw_topic)
         value = value if type(value) is bytes else _payload_bytes("value", value)
         key = key if type(key) is bytes else _payload_bytes("key", key)
         body = [

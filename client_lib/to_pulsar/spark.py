@@ -50,6 +50,7 @@ import functools
 import hashlib
 import importlib.util
 import logging
+import os
 import re
 import shutil
 import sys
@@ -95,6 +96,7 @@ __all__ = [
     "plan_write",
     "register",
     "ship",
+    "use_this_python_locally",
     "write",
 ]
 
@@ -109,6 +111,19 @@ def register(spark: SparkSession) -> None:
     """Register the ``"to_pulsar"`` format with this Spark session, and :func:`ship`."""
     ship(spark)  # first: a registered data source keeps the Python includes it was given
     spark.dataSource.register(ToPulsarDataSource)
+
+
+def use_this_python_locally(master: str | None) -> bool:
+    """For a local master (``local``, ``local[2]``, ...), run Spark's Python workers in this
+    interpreter unless ``$PYSPARK_PYTHON`` says otherwise: Spark's default, ``python3`` from
+    PATH, is often not the Python (a virtualenv's) that has pyarrow. Call before the session
+    is created (SparkContext reads the variable once); True if it set it."""
+    if master is None or not master.strip().startswith("local"):
+        return False
+    if os.environ.get("PYSPARK_PYTHON"):
+        return False
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    return True
 
 
 # -- shipping the package --------------------------------------------------------------------
@@ -277,7 +292,8 @@ def _require_arrow() -> None:
             f"to_pulsar: the Python Spark runs for its workers ({sys.executable}) has no "
             "pyarrow, which format('to_pulsar') needs (Spark passes rows to Python data "
             "sources as Arrow); use to_pulsar.spark.write(df, ...) or foreach_batch(...), "
-            "which need nothing there, or install pyspark[sql] in that Python"
+            "which need nothing there, or install pyspark[sql] in that Python, or point "
+            "PYSPARK_PYTHON at one that has it"
         )
 
 

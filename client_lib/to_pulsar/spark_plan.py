@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .errors import InvalidMessageError
 from .spark_task import TaskPlan, ToPulsarSparkError
+from .topics import check_topic
 
 __all__ = ["DEFAULT_FLUSH_TIMEOUT_MS", "OPTIONS", "plan_write", "write_options"]
 
@@ -74,6 +76,11 @@ def plan_write(options: Any, schema: Any) -> TaskPlan:
         raise ToPulsarSparkError(
             "to_pulsar: no topic: set .option('topic', ...) or add a 'topic' column"
         )
+    if topic is not None:
+        try:
+            check_topic(str(topic).encode("utf-8", "surrogateescape"))
+        except InvalidMessageError as exc:  # before any task, not as N invalid rows
+            raise ToPulsarSparkError(f"to_pulsar: option 'topic': {exc}") from None
     return TaskPlan(
         socket=options.get("socket") or None,
         topic=topic,

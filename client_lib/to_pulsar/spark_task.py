@@ -19,7 +19,7 @@ from typing import Any
 
 from .bulk import Columns, encode_columns
 from .errors import DaemonUnavailableError, SendTimeoutError, ToPulsarError
-from .paths import resolve_stream_socket_path
+from .paths import resolve_stream_socket_path, stream_socket_beside
 from .protocol import FlushResult
 from .stream import StreamSender
 
@@ -49,11 +49,6 @@ class ToPulsarSparkError(ToPulsarError):
 
 
 # -- the daemon's stream socket ------------------------------------------------------------------
-
-
-def stream_socket_beside(path: str) -> str:
-    """The daemon's ``--stream-socket auto`` rule: ``bruce.sock`` -> ``bruce.stream.sock``."""
-    return f"{path.removesuffix('.sock')}.stream.sock"
 
 
 def _is_datagram_socket(path: str) -> bool:

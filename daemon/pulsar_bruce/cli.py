@@ -10,7 +10,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 import click
 
@@ -40,7 +40,38 @@ def _add_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+class _UsageLine(click.UsageError):
+    """A usage error shown as one line, as ``to_pulsar`` shows its own."""
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"pulsar-bruce: error: {self.format_message()}", err=True)
+
+
+class _OneLineUsage(click.Group):
+    """An unknown flag or a bad value gives one line with click's suggestion
+    ("Did you mean ...?"), not click's three-line usage block."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            raise _UsageLine(exc.format_message()) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:  # a subcommand's own options are parsed here
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise _UsageLine(exc.format_message()) from None
+
+
 @click.group(
+    cls=_OneLineUsage,
     invoke_without_command=True,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
@@ -58,7 +89,11 @@ def _add_config_options(command: Callable[..., Any]) -> Callable[..., Any]:
 )
 @_add_config_options
 @click.version_option(
-    __version__, prog_name="pulsar-bruce", message=f"%(prog)s %(version)s (intake: {INTAKE})"
+    __version__,
+    "-V",
+    "--version",
+    prog_name="pulsar-bruce",
+    message=f"%(prog)s %(version)s (intake: {INTAKE})",
 )
 @click.pass_context
 def main(

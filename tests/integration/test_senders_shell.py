@@ -85,6 +85,49 @@ def test_default_cli_is_to_pulsar_on_path(
     recv_any(receiver, "t", b"v", b"k")
 
 
+def in_checkout(tmp_path: Path, with_venv: bool, commands: str, sock_path: Path):
+    """Source a copy of the script as the README does (``. examples/shell/to_pulsar.sh``
+    from a checkout's root), with no ``to_pulsar`` on PATH and TO_PULSAR_CLI unset."""
+    assert BASH is not None
+    checkout = tmp_path / "checkout"
+    (checkout / "examples" / "shell").mkdir(parents=True)
+    shutil.copy(SCRIPT, checkout / "examples" / "shell" / "to_pulsar.sh")
+    if with_venv:  # what `make run` leaves: the console script in .venv/bin, not on PATH
+        venv_bin = checkout / ".venv" / "bin"
+        venv_bin.mkdir(parents=True)
+        cli = venv_bin / "to_pulsar"
+        cli.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m to_pulsar.cli "$@"\n')
+        cli.chmod(0o755)
+    path = [d for d in os.environ["PATH"].split(os.pathsep) if not Path(d, "to_pulsar").exists()]
+    env = {k: v for k, v in os.environ.items() if k != "TO_PULSAR_CLI"}
+    env.update(
+        PATH=os.pathsep.join(path),
+        PYTHONPATH=str(ROOT / "client_lib"),
+        **{SOCKET_ENV_VAR: str(sock_path)},
+    )
+    return subprocess.run(
+        [BASH, "-c", f"set -u; . examples/shell/to_pulsar.sh; {commands}"],
+        cwd=checkout, capture_output=True, env=env, timeout=60,
+    )  # fmt: skip
+
+
+def test_without_to_pulsar_on_path_the_checkouts_venv_cli_runs(
+    sock_path: Path, receiver: socket.socket, tmp_path: Path
+) -> None:
+    result = in_checkout(tmp_path, True, "cd /; to_pulsar_send t v k", sock_path)
+    assert result.returncode == 0, result.stderr
+    recv_any(receiver, "t", b"v", b"k")
+
+
+def test_without_any_cli_it_says_what_to_set(sock_path: Path, tmp_path: Path) -> None:
+    result = in_checkout(tmp_path, False, 'to_pulsar_send t v || echo "status $?"', sock_path)
+    assert result.stdout == b"status 127\n"
+    stderr = result.stderr.decode()
+    assert stderr.startswith("to_pulsar_send: no to_pulsar command: not on PATH nor at ")
+    assert "/checkout/.venv/bin/to_pulsar" in stderr and "set TO_PULSAR_CLI" in stderr
+    assert stderr.count("\n") == 1
+
+
 @pytest.mark.broker
 def test_through_daemon_and_broker(broker: Broker, start_daemon) -> None:
     daemon = start_daemon(broker.url)

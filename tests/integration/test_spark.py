@@ -243,9 +243,11 @@ def test_schema_and_options_are_checked_before_any_task(spark: Any, tmp_path: Pa
     assert f"no daemon listening on stream socket {missing}" in save(ok, topic="t")
 
 
-def test_spark_replay_example(spark: Any, broker: Broker, start_daemon, tmp_path: Path) -> None:
+def test_spark_replay_example(
+    spark: Any, broker: Broker, start_daemon, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """examples/spark_replay.py, in this session: a CSV as JSON rows through the format, a
-    Parquet by column through to_pulsar.spark.write (--rows)."""
+    Parquet by column through to_pulsar.spark.write (--rows); one summary line each."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
@@ -262,11 +264,15 @@ def test_spark_replay_example(spark: Any, broker: Broker, start_daemon, tmp_path
     csv.write_text("id,user,amount\n" + "".join(f"{i},u{i % 7},{i * 1.5}\n" for i in range(100)))
     argv = [str(csv), "--topic", topic, "--socket", stream, "--key-column", "user"]
     assert example.main([*argv, "--partition-key-column", "id", "--partitions", "3"]) == 0
+    summary = f"spark_replay.py: 100 rows from {csv} into {topic}: 100 acked, 0 discarded ("
+    assert capsys.readouterr().out.startswith(summary)
 
     parquet = tmp_path / "events.parquet"
     spark.range(50).selectExpr("concat('e', id) AS payload", "id").write.parquet(str(parquet))
     assert example.main([str(parquet), "--topic", topic, "--socket", stream,
                          "--value-column", "payload", "--rows"]) == 0  # fmt: skip
+    summary = f"spark_replay.py: 50 rows from {parquet} into {topic}: 50 acked, 0 discarded ("
+    assert capsys.readouterr().out.startswith(summary)
 
     messages = [m for m in consume(broker.url, full(topic), 151) if m.value != b"warm-up"]
     assert len(messages) == 150

@@ -73,6 +73,7 @@ def test_version_names_the_intake_that_runs() -> None:
     assert cli("--version").stdout.strip().endswith(f"(intake: {INTAKE})")
     chosen = cli("--version", PULSAR_BRUCE_INTAKE="python")
     assert chosen.stdout.strip().endswith("(intake: python)")
+    assert cli("-V").stdout == cli("--version").stdout  # -V: the short spelling
 
 
 def test_a_wrong_intake_choice_is_one_line_and_exit_2() -> None:

@@ -109,11 +109,13 @@ def test_confirm_cli_exit_codes(broker: Broker, start_daemon, tmp_path) -> None:
     assert big.returncode == 1
     assert big.stderr == "to_pulsar: error: 3 of 3 messages discarded (too_large 3)\n"
 
+    # A name the daemon would discard as bad_topic is refused before anything is sent.
     bad_topic = run_cli(
         "--confirm", "--stream-socket-path", stream, "--topic", "a/b", "--value", "v"
     )
-    assert bad_topic.returncode == 1
-    assert bad_topic.stderr == "to_pulsar: error: 1 of 1 message discarded (bad_topic 1)\n"
+    assert bad_topic.returncode == 2
+    assert bad_topic.stderr.startswith("to_pulsar: error: invalid topic 'a/b': expected ")
+    assert daemon.counters().acked == 501 and not daemon.counters().discarded.get("bad_topic")
 
     missing = run_cli(
         "--confirm", "--stream-socket-path", str(tmp_path / "nope.sock"),

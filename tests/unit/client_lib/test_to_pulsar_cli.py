@@ -165,6 +165,34 @@ def test_usage_errors_are_one_line(sock_path: Path, args: list[str], needle: str
     assert needle in assert_one_line_error(result, 2)
 
 
+@pytest.mark.parametrize(
+    ("topic", "needle"),
+    [
+        ("bad topic/with spaces!", "expected t, tenant/namespace/t or persistent://"),
+        ("a/b/c/d", "expected t, tenant/namespace/t or persistent://"),
+        ("a/b/c d", "without whitespace"),
+        ("ten ant/ns/t", "the tenant must be"),
+        ("kafka://a/b/c", "the domain must be"),
+    ],
+)
+def test_a_topic_the_daemon_would_discard_is_refused_before_sending(
+    sock_path: Path, receiver: socket.socket, topic: str, needle: str
+) -> None:
+    result = run_cli("--socket-path", str(sock_path), "--topic", topic, "--value", "v")
+    stderr = assert_one_line_error(result, 2)
+    assert f"invalid topic {topic!r}: " in stderr and needle in stderr
+    receiver.settimeout(0)
+    with pytest.raises(BlockingIOError):
+        receiver.recv(65536)  # nothing was sent
+
+
+@pytest.mark.parametrize("flag", ["-V", "--version"])
+def test_version(flag: str) -> None:
+    result = run_cli(flag)
+    assert result.returncode == 0 and result.stderr == b""
+    assert result.stdout.decode().startswith("to_pulsar ")
+
+
 def test_help_has_example() -> None:
     result = run_cli("--help")
     assert result.returncode == 0

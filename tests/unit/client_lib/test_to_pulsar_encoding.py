@@ -17,6 +17,7 @@ from to_pulsar import (
     encode_any_partition,
     encode_partition_key,
 )
+from to_pulsar.topics import full_topic_name
 
 
 def decode(datagram: bytes) -> dict[str, object]:
@@ -196,9 +197,20 @@ def test_public_api() -> None:
         assert hasattr(to_pulsar, name)
 
 
-topics = st.one_of(
-    st.binary(min_size=1, max_size=300),
-    st.text(st.characters(codec="utf-8"), min_size=1, max_size=100),  # <= 400 bytes
+def _valid_topic(raw: bytes) -> bool:
+    try:
+        full_topic_name(raw)
+    except InvalidMessageError:
+        return False
+    return True
+
+
+# Names the daemon accepts (the encoders refuse others: test_to_pulsar_topics.py), as str
+# or bytes, with or without tenant/namespace: <= 100 characters, <= 400 bytes of UTF-8.
+_local = st.text(st.characters(codec="utf-8", exclude_characters="/"), min_size=1, max_size=80)
+_names = st.one_of(_local, st.builds("{}/{}/{}".format, st.just("a-b"), st.just("n.s"), _local))
+topics = st.one_of(_names, _names.map(str.encode)).filter(
+    lambda topic: _valid_topic(topic.encode() if isinstance(topic, str) else topic)
 )
 
 

@@ -43,7 +43,7 @@ def test_all_arrive_in_order_byte_for_byte(
 ) -> None:
     messages = [
         ("t", b"plain"),
-        ("a/b", "välue", b"k"),
+        ("a/b/c", "välue", b"k"),
         ("t", b"keyed", None, -1),
         (b"raw-topic", bytearray(b"ba"), "key", 7),
         ("t", b""),
@@ -52,7 +52,7 @@ def test_all_arrive_in_order_byte_for_byte(
         sender.send_many(messages, timestamp_ms=42)
     assert drain(receiver, len(messages)) == [
         encode_any_partition("t", b"plain", b"", 42),
-        encode_any_partition("a/b", "välue".encode(), b"k", 42),
+        encode_any_partition("a/b/c", "välue".encode(), b"k", 42),
         encode_partition_key(0xFFFF_FFFF, "t", b"keyed", b"", 42),
         encode_partition_key(7, b"raw-topic", b"ba", b"key", 42),
         encode_any_partition("t", b"", b"", 42),

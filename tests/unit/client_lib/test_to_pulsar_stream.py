@@ -23,7 +23,12 @@ from to_pulsar import (
     encode_any_partition,
     encode_partition_key,
 )
-from to_pulsar.paths import STREAM_SOCKET_ENV_VAR, resolve_stream_socket_path
+from to_pulsar.paths import (
+    SOCKET_ENV_VAR,
+    STREAM_SOCKET_ENV_VAR,
+    confirm_socket_path,
+    resolve_stream_socket_path,
+)
 from to_pulsar.protocol import (
     StreamState,
     decode_flush_response,
@@ -153,6 +158,7 @@ def test_default_path_from_environment(
     fake: FakeStreamDaemon, sock_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(STREAM_SOCKET_ENV_VAR, raising=False)
+    monkeypatch.delenv(SOCKET_ENV_VAR, raising=False)
     assert resolve_stream_socket_path() == "/run/pulsar-bruce/bruce.stream.sock"
     monkeypatch.setenv(STREAM_SOCKET_ENV_VAR, "")
     assert resolve_stream_socket_path() == "/run/pulsar-bruce/bruce.stream.sock"
@@ -161,6 +167,32 @@ def test_default_path_from_environment(
         assert sender.socket_path == str(sock_path)
         sender.send("t", b"v")
         assert sender.flush().acked == 1
+
+
+def test_the_stream_socket_beside_the_datagram_socket_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """$TO_PULSAR_SOCKET alone names the daemon: its stream socket is beside it, by the
+    daemon's own --stream-socket auto rule; $TO_PULSAR_STREAM_SOCKET still wins."""
+    monkeypatch.delenv(STREAM_SOCKET_ENV_VAR, raising=False)
+    monkeypatch.setenv(SOCKET_ENV_VAR, "./run/bruce.sock")
+    assert resolve_stream_socket_path() == "./run/bruce.stream.sock"
+    monkeypatch.setenv(STREAM_SOCKET_ENV_VAR, "/elsewhere/s.sock")
+    assert resolve_stream_socket_path() == "/elsewhere/s.sock"
+    assert resolve_stream_socket_path("/given.sock") == "/given.sock"
+
+
+def test_confirm_socket_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--stream-socket-path, then beside --socket-path, then the variables, then the default."""
+    monkeypatch.setenv(STREAM_SOCKET_ENV_VAR, "/env/stream.sock")
+    monkeypatch.setenv(SOCKET_ENV_VAR, "/env/bruce.sock")
+    assert confirm_socket_path("/opt/s", "/opt/bruce.sock") == "/opt/s"
+    assert confirm_socket_path(None, "/opt/bruce.sock") == "/opt/bruce.stream.sock"
+    assert confirm_socket_path(None, None) == "/env/stream.sock"
+    monkeypatch.delenv(STREAM_SOCKET_ENV_VAR)
+    assert confirm_socket_path(None, None) == "/env/bruce.stream.sock"
+    monkeypatch.delenv(SOCKET_ENV_VAR)
+    assert confirm_socket_path(None, None) == "/run/pulsar-bruce/bruce.stream.sock"
 
 
 def test_records_arrive_byte_exact(fake: FakeStreamDaemon) -> None:

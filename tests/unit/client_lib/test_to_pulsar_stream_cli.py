@@ -105,6 +105,26 @@ def test_missing_stream_socket_exits_1(sock_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("how", ["option", "variable"])
+def test_confirm_finds_the_stream_socket_beside_the_datagram_socket(
+    sock_path: Path, how: str
+) -> None:
+    """--socket-path (or $TO_PULSAR_SOCKET) names the daemon for --confirm too: the stream
+    socket is the one the daemon puts beside it (bruce.sock -> bruce.stream.sock)."""
+    daemon = FakeStreamDaemon(sock_path.with_name("bruce.stream.sock"))
+    try:
+        datagram = str(sock_path.with_name("bruce.sock"))
+        given = ["--socket-path", datagram] if how == "option" else []
+        result = run_cli(
+            "--confirm", *given, "--topic", "t", "--value", "v", "--timestamp", "1",
+            env={"TO_PULSAR_SOCKET": datagram, "TO_PULSAR_STREAM_SOCKET": ""},
+        )  # fmt: skip
+        assert (result.returncode, result.stderr) == (0, "")
+        assert daemon.message_records() == [encode_any_partition("t", b"v", b"", 1)]
+    finally:
+        daemon.close()
+
+
 def test_help_mentions_confirm() -> None:
     result = run_cli("--help")
     assert "--confirm" in result.stdout and "--stream-socket-path" in result.stdout

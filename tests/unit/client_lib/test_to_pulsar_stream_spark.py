@@ -128,6 +128,11 @@ def test_plan_finds_columns_case_insensitively_and_reads_options() -> None:
         ({"value": StringType()}, {}, "no topic: set .option('topic', ...) or add a 'topic'"),
         ({"value": StringType()}, {"topic": "t", "flushTimeoutMs": "0"}, "positive number"),
         ({"value": StringType()}, {"topic": "t", "tolerateDiscards": "yes"}, "true or false"),
+        (
+            {"value": StringType()},
+            {"topic": "a/b/c/d"},
+            "to_pulsar: option 'topic': invalid topic 'a/b/c/d': expected t, ",
+        ),
     ],
 )
 def test_plan_rejects_bad_schemas_and_options(
