@@ -21,6 +21,9 @@ DEDUPLICATED: Final = "deduplicated"
 #: Non-persistent topic, receipt for message id -1:-1: the broker dropped the message under
 #: load (``ServerCnx.handleSend``, too many pending non-persistent messages).
 BROKER_DROPPED: Final = "broker_dropped"
+#: Lost to damage in the disk spool (a corrupt record, a file cut short or gone), as far as
+#: the count can be known: this run's messages exactly, an earlier run's from record headers.
+SPOOL_DAMAGED: Final = "spool_damaged"
 
 ALL: Final = (
     MALFORMED,
@@ -36,4 +39,5 @@ ALL: Final = (
     SEND_TIMEOUT,
     DEDUPLICATED,
     BROKER_DROPPED,
+    SPOOL_DAMAGED,
 )

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
 import logging
 import signal
 import socket
@@ -23,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from pulsar_bruce.config import TOPIC_OPTIONS, Config, ConfigError
+from pulsar_bruce.config.names import stable_producer_name
 from pulsar_bruce.connection.oauth2 import OAuth2Options
 from pulsar_bruce.connection.pool import ConnectionPool
 from pulsar_bruce.connection.security import ConnectionSecurity, SecuritySetupError
 from pulsar_bruce.input.socket_reader import DatagramReader, datagram_reader
 from pulsar_bruce.input.stream_server import StreamServer
+from pulsar_bruce.input.stream_session import RecordBudget
 from pulsar_bruce.input.unix_sockets import open_unix_socket
 from pulsar_bruce.metrics.http import MetricsServer
 from pulsar_bruce.metrics.registry import Metrics, SpoolGauges
@@ -68,9 +69,6 @@ class Server:
             if config.spool_dir
             else None
         )
-        self.policy = SpoolPolicy(
-            self.ledger, config.buffer_max_bytes, self.store, config.spool_after_s
-        )
         self.metrics = Metrics(
             self.ledger,
             lambda: self.topics.registry,
@@ -78,6 +76,13 @@ class Server:
             self._spool_gauges,
         )
         self.outcomes = Outcomes(self.ledger, _discard_log(config), self.metrics)
+        self.policy = SpoolPolicy(
+            self.ledger,
+            config.buffer_max_bytes,
+            self.store,
+            config.spool_after_s,
+            refused=lambda reason, data: self.outcomes.refused(reason, data, sample=False),
+        )
         self.topic_settings = TopicConfigurator(config)
         self.topics = TopicManager(
             self.pool,
@@ -178,6 +183,12 @@ class Server:
                 self.intake,
                 self._after_drain,
                 group=config.socket_group,
+                max_connections=config.stream_max_connections,
+                budget=RecordBudget(
+                    lambda: self.intake.max_message_bytes,
+                    config.buffer_max_bytes,
+                    lambda: self.ledger.buffered_bytes,
+                ),
             )
             await self.stream_server.start(stream_socket)
         if self.spooler is not None:
@@ -387,18 +398,3 @@ def oauth2_options(config: Config) -> OAuth2Options | None:
         scope=config.oauth2_scope,
         ca_file=config.oauth2_ca_file,
     )
-
-
-def stable_producer_name(prefix: str, socket_path: str) -> str | None:
-    """The producer name used on every partition, the same after a restart.
-
-    ``<prefix>-<host>-<hash of the socket path>`` (``auto``: prefix ``pulsar-bruce``), so
-    hosts sharing one configuration, and daemons on one host, get names of their own
-    (a shared name lets broker deduplication drop one daemon's messages as the other's);
-    empty: none, the broker names producers.
-    """
-    if not prefix:
-        return None
-    digest = hashlib.sha1(socket_path.encode(), usedforsecurity=False).hexdigest()[:6]
-    base = "pulsar-bruce" if prefix == "auto" else prefix
-    return f"{base}-{socket.gethostname()}-{digest}"

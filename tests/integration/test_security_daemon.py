@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import grp
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -76,6 +77,46 @@ def test_a_world_writable_socket_directory_is_refused(tmp_path: Path) -> None:
     assert "world-writable without the sticky bit" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (directory / "bruce.sock").exists()
+
+
+@pytest.fixture
+def other_user() -> Iterator[str]:
+    """A throwaway local user (needs root and useradd), removed afterwards."""
+    if os.geteuid() != 0 or shutil.which("useradd") is None:
+        pytest.skip("needs root and useradd to create a second user")
+    name = f"pbtest{os.getpid() % 100000}"
+    subprocess.run(["useradd", "--no-create-home", "--system", name], check=True, timeout=30)
+    try:
+        yield name
+    finally:
+        subprocess.run(["userdel", name], check=False, timeout=30)
+
+
+@pytest.mark.parametrize("which", ["datagram", "stream"])
+def test_a_socket_directory_owned_by_another_user_is_refused(
+    tmp_path: Path, other_user: str, which: str
+) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    theirs.chmod(0o755)  # not writable by us as a mode, but its owner could swap the socket
+    shutil.chown(theirs, user=other_user)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    datagram, stream = (theirs, mine) if which == "datagram" else (mine, theirs)
+    result = run_to_exit(
+        "--socket", str(datagram / "bruce.sock"),
+        "--stream-socket", str(stream / "bruce.stream.sock"),
+        "--metrics-listen", "off",
+    )  # fmt: skip
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1, result.stderr
+    assert errors[0].startswith("pulsar-bruce: error: refusing to create the socket in")
+    assert f"belongs to user {other_user!r}" in errors[0]
+    assert "Traceback" not in result.stderr
+    assert "owned by root" in result.stderr
+    assert not (theirs / "bruce.sock").exists()
+    assert not (theirs / "bruce.stream.sock").exists()
 
 
 def test_a_sticky_world_writable_directory_is_accepted(

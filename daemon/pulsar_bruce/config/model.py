@@ -177,6 +177,9 @@ class Config(TopicSettings, _ProcessOptions):
         "auto", parse_path_text,
         "UNIX stream socket for confirmed delivery (flush requests); auto: next to --socket "
         "(bruce.sock -> bruce.stream.sock); off: none", "PATH")
+    stream_max_connections: int = option(
+        256, parse_positive_int,
+        "stream connections open at once at most; beyond, a new one is closed at once", "N")
     spool_dir: str = option(
         "", parse_optional_dir,
         "directory of the disk spool; empty: no spool (overflow is discarded as buffer_full)",

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-import weakref
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -19,6 +19,8 @@ from typing import Protocol
 from pulsar_bruce.input.stream_session import (
     API_KEY_FLUSH_REQUEST,
     FramingError,
+    RecordBudget,
+    RecordRefused,
     StreamSession,
 )
 from pulsar_bruce.input.unix_sockets import open_unix_socket
@@ -30,6 +32,10 @@ _RETRY_S = 0.005
 #: The largest stream record accepted as framing (larger ones are too_large) is this
 #: multiple of --max-message-bytes; beyond it the stream is considered out of sync.
 _FRAMING_SLACK = 4
+#: At most one log line per this many seconds about connections refused over the cap.
+_REFUSAL_LOG_INTERVAL_S = 10.0
+#: The default of --stream-max-connections.
+DEFAULT_MAX_CONNECTIONS = 256
 
 
 class StreamIntake(Protocol):
@@ -42,19 +48,39 @@ class StreamIntake(Protocol):
         self, records: list[bytes], start: int, tag: Confirmation, stop_api_key: int, /
     ) -> int: ...
 
+    def refuse_record(self, reason: str, head: bytes, /) -> None: ...
+
 
 class StreamConnection(asyncio.Protocol):
-    """One client connection."""
+    """One client connection.
 
-    def __init__(self, intake: StreamIntake, after_records: Callable[[], None]):
+    Reading stops while the intake has no room (``_full``) and while the client does not
+    read its flush responses (``_write_blocked``, the transport's write buffer is over its
+    high-water mark): a client that never reads cannot make its answers pile up in memory.
+    """
+
+    def __init__(
+        self,
+        intake: StreamIntake,
+        after_records: Callable[[], None],
+        budget: RecordBudget | None = None,
+        on_lost: Callable[[StreamConnection], None] | None = None,
+    ):
         self.intake = intake
         self._after_records = after_records
+        self._budget = budget
+        self._on_lost = on_lost
         self.session = StreamSession(
             max(intake.max_message_bytes * _FRAMING_SLACK, 1 << 20), self._settled
         )
         self.transport: asyncio.Transport | None = None
         self._closed = False
-        self._paused = False
+        self._full = False
+        self._write_blocked = False
+        self._reading = True
+        self._retry: asyncio.TimerHandle | None = None
+        #: Bytes of the budget this connection holds for the record it is receiving.
+        self._reserved = 0
         self._response_scheduled = False
         self._loop = asyncio.get_running_loop()
 
@@ -63,17 +89,34 @@ class StreamConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.session.feed(data)
-        if not self._paused:
+        if not (self._full or self._write_blocked):
             self._process()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        self._closed = True
+        self._release()
+        if self._retry is not None:
+            self._retry.cancel()
+        if self._on_lost is not None:
+            self._on_lost(self)
+
+    def pause_writing(self) -> None:
+        """The client is not reading its responses: read nothing more until it does."""
+        self._write_blocked = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_blocked = False
+        self._update_reading()
+        self._process()  # what was read before the pause
 
     def stop_reading(self) -> None:
         """Shutdown: read nothing more (records not read are the client's to resend), but
         keep answering flushes for what was read while the daemon delivers it."""
         self._closed = True
-        if self.transport is not None:
+        if self.transport is not None and self._reading:
+            self._reading = False
             self.transport.pause_reading()
 
     def close(self) -> None:
@@ -82,7 +125,7 @@ class StreamConnection(asyncio.Protocol):
             self.transport.close()
 
     def _process(self) -> None:
-        if self._closed:
+        if self._closed or self._write_blocked:
             return
         session = self.session
         admit_records = self.intake.admit_records
@@ -101,10 +144,21 @@ class StreamConnection(asyncio.Protocol):
                     session.flush_request(records[stop])
                     session.consume(records[stop])
                     done = stop + 1
-            if full:
-                self._pause()
-            else:
-                self._resume()
+            if not full:
+                self._reserve(session.pending_size())
+            self._full = full
+            self._update_reading()
+            if full and self._retry is None:
+                self._retry = self._loop.call_later(_RETRY_S, self._retry_now)
+        except RecordRefused as exc:
+            self.intake.refuse_record(exc.reason, session.head())
+            log.warning(
+                "stream connection closed: %s (--max-message-bytes %d, --buffer-max-bytes %s)",
+                exc,
+                self.intake.max_message_bytes,
+                self._budget.buffer_max_bytes if self._budget is not None else "?",
+            )
+            self._abort()
         except FramingError as exc:
             log.warning("stream connection closed: %s", exc)
             if self.transport is not None:
@@ -112,16 +166,47 @@ class StreamConnection(asyncio.Protocol):
         self._after_records()
         self._write_responses()
 
-    def _pause(self) -> None:
-        if not self._paused and self.transport is not None:
-            self._paused = True
-            self.transport.pause_reading()
-        self._loop.call_later(_RETRY_S, self._process)
+    def _retry_now(self) -> None:
+        self._retry = None
+        self._process()
 
-    def _resume(self) -> None:
-        if self._paused and self.transport is not None:
-            self._paused = False
-            self.transport.resume_reading()
+    def _reserve(self, size: int) -> None:
+        """Hold budget for the record still arriving (refused at its header if none is left)."""
+        budget = self._budget
+        if budget is None:
+            return
+        if size < budget.reserve_from:
+            size = 0
+        if size == self._reserved:
+            return
+        self._release()
+        if size:
+            budget.reserve(size)
+            self._reserved = size
+
+    def _release(self) -> None:
+        if self._budget is not None and self._reserved:
+            self._budget.release(self._reserved)
+        self._reserved = 0
+
+    def _abort(self) -> None:
+        self._closed = True
+        self.session.clear()
+        if self.transport is not None:
+            self.transport.close()
+
+    def _update_reading(self) -> None:
+        """Pause or resume the transport's reading to match why we want it (once each)."""
+        transport = self.transport
+        if transport is None or self._closed:
+            return
+        wanted = not (self._full or self._write_blocked)
+        if wanted != self._reading:
+            self._reading = wanted
+            if wanted:
+                transport.resume_reading()
+            else:
+                transport.pause_reading()
 
     def _settled(self) -> None:
         if not self._response_scheduled:
@@ -135,6 +220,17 @@ class StreamConnection(asyncio.Protocol):
             self.transport.write(data)
 
 
+class _Refused(asyncio.Protocol):
+    """A connection over --stream-max-connections: closed at once."""
+
+    def __init__(self, on_refused: Callable[[], None]):
+        self._on_refused = on_refused
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
+        self._on_refused()
+
+
 class StreamServer:
     """Listens on the stream socket path."""
 
@@ -145,20 +241,47 @@ class StreamServer:
         intake: StreamIntake,
         after_records: Callable[[], None],
         group: str | None = None,
+        *,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        budget: RecordBudget | None = None,
     ):
         self.path = path
         self.mode = mode
         self.group = group
         self.intake = intake
+        self.max_connections = max_connections
+        self.budget = budget
         self._after_records = after_records
         self._server: asyncio.AbstractServer | None = None
         self._activated = False
-        self._connections: weakref.WeakSet[StreamConnection] = weakref.WeakSet()
+        self._connections: set[StreamConnection] = set()
+        #: Connections refused over the cap, in all and since the last log line.
+        self.refused_connections = 0
+        self._refused_unlogged = 0
+        self._next_refusal_log = 0.0
 
-    def _connection(self) -> StreamConnection:
-        connection = StreamConnection(self.intake, self._after_records)
+    def _connection(self) -> asyncio.Protocol:
+        if len(self._connections) >= self.max_connections:
+            return _Refused(self._refused)
+        connection = StreamConnection(
+            self.intake, self._after_records, self.budget, self._connections.discard
+        )
         self._connections.add(connection)
         return connection
+
+    def _refused(self) -> None:
+        """Count a connection over the cap; log it at most once per interval."""
+        self.refused_connections += 1
+        self._refused_unlogged += 1
+        now = time.monotonic()
+        if now >= self._next_refusal_log:
+            log.warning(
+                "stream socket: refused %d connection(s): --stream-max-connections %d are open",
+                self._refused_unlogged,
+                self.max_connections,
+            )
+            self._refused_unlogged = 0
+            self._next_refusal_log = now + _REFUSAL_LOG_INTERVAL_S
 
     async def start(self, activated: socket.socket | None = None) -> None:
         """Listen on ``path``, or on the socket systemd passed (it keeps its file)."""

@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final
 
+from pulsar_bruce import reasons
 from pulsar_bruce.model.confirmation import Confirmation
 from pulsar_bruce.native import compiled
 
@@ -33,8 +34,53 @@ _REASON_SIZE = struct.Struct(">h")
 _COUNT = struct.Struct(">q")
 
 
+#: A record still arriving is reserved memory from this size on; a smaller one is bounded by
+#: what one read brings (asyncio reads at most 256 KiB) times the connection cap.
+RESERVE_FROM: Final = 256 * 1024
+
+
 class FramingError(Exception):
     """The byte stream no longer splits into records: the connection must be closed."""
+
+
+class RecordRefused(FramingError):
+    """A record refused at its header (``reason``: too_large, buffer_full): buffering it
+    could exceed the memory limit, so the connection is closed before it arrives."""
+
+    def __init__(self, reason: str, size: int):
+        super().__init__(f"a record of {size} bytes is refused as {reason}")
+        self.reason = reason
+        self.size = size
+
+
+class RecordBudget:
+    """Memory that stream records still arriving may hold, shared by every connection, so
+    that many connections declaring large records cannot add up past --buffer-max-bytes."""
+
+    def __init__(
+        self,
+        max_message_bytes: Callable[[], int],
+        buffer_max_bytes: int,
+        buffered_bytes: Callable[[], int],
+        reserve_from: int = RESERVE_FROM,
+    ):
+        self._max_message_bytes = max_message_bytes
+        self.buffer_max_bytes = buffer_max_bytes
+        self._buffered_bytes = buffered_bytes
+        self.reserve_from = reserve_from
+        #: Bytes reserved by records still arriving, on every connection.
+        self.reserved = 0
+
+    def reserve(self, size: int) -> None:
+        """Reserve ``size`` bytes for a record; :class:`RecordRefused` when it cannot fit."""
+        if size > self._max_message_bytes() or size > self.buffer_max_bytes:
+            raise RecordRefused(reasons.TOO_LARGE, size)
+        if size > self.buffer_max_bytes - self._buffered_bytes() - self.reserved:
+            raise RecordRefused(reasons.BUFFER_FULL, size)
+        self.reserved += size
+
+    def release(self, size: int) -> None:
+        self.reserved -= size
 
 
 def split_records_py(buffer: bytearray, offset: int, max_record_bytes: int) -> list[bytes]:
@@ -115,6 +161,23 @@ class StreamSession:
     @property
     def buffered_bytes(self) -> int:
         return len(self._buffer) - self._offset
+
+    def pending_size(self) -> int:
+        """The declared size of the record at the head of the buffer once its size field has
+        arrived and the record has not (0 otherwise): what it will take to buffer it."""
+        if self.buffered_bytes < _SIZE.size:
+            return 0
+        (size,) = _SIZE.unpack_from(self._buffer, self._offset)
+        return size if size > self.buffered_bytes else 0
+
+    def head(self) -> bytes:
+        """The first bytes buffered (a refused record's header, for the discard evidence)."""
+        return bytes(self._buffer[self._offset : self._offset + 64])
+
+    def clear(self) -> None:
+        """Drop what is buffered (the connection is being closed)."""
+        self._buffer = bytearray()
+        self._offset = 0
 
     @staticmethod
     def is_flush_request(record: bytes) -> bool:

@@ -2,7 +2,8 @@
 
 Both get the same treatment, so a sender allowed on one is allowed on the
 other: the directory is created if missing and refused if anyone could
-replace the socket in it; a stale socket file (nobody listening) is removed,
+replace the socket in it (owned by a user other than root or ours, or writable by others
+without the sticky bit); a stale socket file (nobody listening) is removed,
 a live one or a path that is not a socket is refused; the file is bound with
 no permissions, given ``--socket-group``, then ``--socket-mode``, so it never
 exists with looser permissions or for the wrong group.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import pwd
 import socket
 import stat
 from pathlib import Path
@@ -31,22 +33,45 @@ class SocketInUseError(Exception):
 
 
 class InsecureSocketDirectoryError(PermissionError):
-    """The socket's directory lets anyone replace the socket (world-writable, no sticky bit)."""
+    """Another user could replace the socket: the directory is theirs or they can write it."""
 
 
 def check_socket_directory(path: str) -> None:
-    """Refuse a directory where any user could delete or replace our socket file."""
+    """Refuse a directory where a user other than root or ours could replace our socket file.
+
+    Its owner can always rename or delete entries, so it must be root or the daemon's
+    user; a group- or world-writable one needs the sticky bit (only a file's owner may
+    then remove it), as in /tmp.
+    """
     directory = Path(path).parent
     try:
-        mode = directory.stat().st_mode
+        info = os.stat(directory)
     except OSError:
         return  # binding will say what is wrong with it
-    if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+    ours = os.geteuid()
+    if info.st_uid not in (0, ours):
         raise InsecureSocketDirectoryError(
-            f"refusing to create the socket in {directory}: the directory is world-writable "
-            "without the sticky bit, so anyone could replace the socket; use a directory "
-            "only the daemon's user can write to (e.g. /run/pulsar-bruce)"
+            f"refusing to create the socket in {directory}: the directory belongs to "
+            f"{_user_name(info.st_uid)}, who could replace the socket; use a directory owned "
+            f"by {'root' if ours == 0 else 'root or ' + _user_name(ours)} (e.g. /run/pulsar-bruce, "
+            "or chown it)"
         )
+    mode = info.st_mode
+    if mode & (stat.S_IWGRP | stat.S_IWOTH) and not mode & stat.S_ISVTX:
+        who = "world" if mode & stat.S_IWOTH else "group"
+        raise InsecureSocketDirectoryError(
+            f"refusing to create the socket in {directory}: the directory is {who}-writable "
+            f"without the sticky bit, so {'anyone' if who == 'world' else 'its group'} could "
+            f"replace the socket; use a directory only the daemon's user can write to "
+            f"(e.g. /run/pulsar-bruce, or chmod go-w it)"
+        )
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return f"user {pwd.getpwuid(uid).pw_name!r} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
 
 
 def open_unix_socket(

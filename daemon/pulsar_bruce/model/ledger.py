@@ -118,6 +118,13 @@ class Ledger:
         self.buffered_messages -= count
         self.discarded[reason] = self.discarded.get(reason, 0) + count
 
+    def lost_in_spool(self, this_run: int, previous_run: int) -> None:
+        """Messages lost to damage in the spool (``spool_damaged``): ``this_run`` had been
+        spilled by this run; ``previous_run`` were an earlier run's, received only now."""
+        self.discard_spilled(reasons.SPOOL_DAMAGED, this_run)
+        self.received += previous_run
+        self.discarded[reasons.SPOOL_DAMAGED] += previous_run
+
     # -- outcomes ------------------------------------------------------------------------
 
     def ack(self, topic: TopicCounters, count: int, charge: int) -> None:

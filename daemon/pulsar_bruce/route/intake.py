@@ -154,6 +154,10 @@ class Intake:
         """Admit ``records[start:]``, each tagged ``tag`` (see :func:`admit_each`)."""
         return admit_each(self.admit_py, records, start, tag, stop_api_key)
 
+    def refuse_record(self, reason: str, head: bytes, /) -> None:
+        """A stream record refused at its header (its connection is closed): counted once."""
+        self._reject(reason, head, None)
+
     def _reject(
         self,
         reason: str,

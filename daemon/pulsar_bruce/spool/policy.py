@@ -14,6 +14,7 @@ clock and broker reachability in, and asks how much it may replay.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from pulsar_bruce import reasons
 from pulsar_bruce.model.ledger import Ledger
@@ -32,11 +33,14 @@ class SpoolPolicy:
         buffer_max_bytes: int,
         store: SpoolStore | None = None,
         unreachable_after_s: float = 10.0,
+        refused: Callable[[str, bytes], None] | None = None,
     ):
         self.ledger = ledger
         self.buffer_max_bytes = buffer_max_bytes
         self.store = store
         self.unreachable_after_s = unreachable_after_s
+        #: Evidence of each datagram discarded here (``Outcomes.refused``: the discard log).
+        self.refused = refused
         #: What memory may hold now (``buffered_bytes`` plus a new message's charge at most):
         #: the cap, or -1 while spilling, when new messages queue behind the spool, on disk.
         self.memory_limit = buffer_max_bytes
@@ -82,14 +86,15 @@ class SpoolPolicy:
         """Write the datagrams held since the last call, in one write.
 
         If the disk refuses them they are discarded as ``buffer_full`` (the
-        spool is as good as full), logged once per failed write.
+        spool is as good as full), logged once per failed write, each one given to
+        :attr:`refused` (the discard log); the store leaves none of them on disk.
         """
         if not self._held:
             return
         held, self._held, self._held_bytes = self._held, [], 0
         assert self.store is not None
         try:
-            self.store.append(b"".join(held))
+            self.store.append(b"".join(held), len(held))
         except OSError as exc:  # disk full, I/O error: as if the spool were full
             log.error(
                 "spool %s: cannot write (%s); %d messages discarded as buffer_full",
@@ -98,6 +103,9 @@ class SpoolPolicy:
                 len(held),
             )
             self.ledger.discard_spilled(reasons.BUFFER_FULL, len(held))
+            if self.refused is not None:
+                for record in held:
+                    self.refused(reasons.BUFFER_FULL, record[records.HEADER_SIZE + 1 :])
 
     def watch_brokers(self, now: float, reachable: bool) -> None:
         """No broker reachable for ``unreachable_after_s`` while messages wait: spill.

@@ -94,6 +94,9 @@ class ScanResult:
     #: Bytes consumed (whole records and skipped garbage); the rest is an incomplete tail.
     consumed: int
     corrupt: int = 0
+    #: Messages in the corrupt records whose header still says how many they held (the
+    #: rest of a corrupt record's messages cannot be known): counted, never lost silently.
+    lost_messages: int = 0
 
 
 def scan(data: bytes, final: bool) -> ScanResult:
@@ -105,6 +108,7 @@ def scan(data: bytes, final: bool) -> ScanResult:
     """
     records: list[tuple[int, bytes]] = []
     corrupt = 0
+    lost = 0
     offset = 0
     end = len(data)
     while offset < end:
@@ -122,17 +126,41 @@ def scan(data: bytes, final: bool) -> ScanResult:
         if body_end > end:
             if final:
                 corrupt += 1
+                lost += messages_in(data[offset + HEADER_SIZE : body_end], length)
                 offset = _resync(data, offset + 1)
                 continue
             break
         payload = data[offset + HEADER_SIZE : body_end]
         if crc32c.crc32c(payload) != checksum or payload[0] not in KINDS:
             corrupt += 1
+            lost += messages_in(payload, length)
             offset = _resync(data, offset + 1)
             continue
         records.append((payload[0], payload[1:]))
         offset = body_end
-    return ScanResult(records, offset, corrupt)
+    return ScanResult(records, offset, corrupt, lost)
+
+
+def messages_in(payload: bytes, length: int) -> int:
+    """How many messages a record held, from what is left of it (0: cannot be known).
+
+    The checksum failed, so each field is believed only where it is plausible: a
+    known kind, and for a batch a count its ``length`` has room for (an entry
+    takes at least 6 bytes: its size and a minimal metadata).
+    """
+    if not payload or payload[0] not in KINDS:
+        return 0
+    if payload[0] == DATAGRAM:
+        return 1
+    if len(payload) < 1 + _BATCH_HEAD.size:
+        return 0
+    count = int(_BATCH_HEAD.unpack_from(payload, 1)[3])
+    return count if 0 < count <= (length - 1 - _BATCH_HEAD.size) // 6 else 0
+
+
+def message_count(kind: int, body: bytes) -> int:
+    """Messages in an intact record."""
+    return 1 if kind == DATAGRAM else int(_BATCH_HEAD.unpack_from(body, 0)[3])
 
 
 def first_record_size(data: bytes) -> int:

@@ -5,6 +5,10 @@ is reachable, and replays as much as the policy allows, oldest first, through
 a :class:`Replayer` (the intake).  At shutdown, what memory still holds goes to a
 front segment, replayed first on the next start.  Records spooled by an earlier
 run are counted as received when they are replayed.
+
+An I/O error (a full disk, an unreadable segment) never ends the replay: the
+tick is retried with backoff and the error logged, rate-limited, so what is on
+disk still comes back once the disk or the file is usable again.
 """
 
 from __future__ import annotations
@@ -21,10 +25,14 @@ from pulsar_bruce.spool.records import SpooledBatch
 from pulsar_bruce.spool.store import SpoolStore
 
 log = logging.getLogger(__name__)
+#: Retried I/O errors (the daemon's log handler lets a few lines a minute through, see
+#: ``service/logs.py``; the spool layer sits below it and does not import it).
+retry_log = logging.getLogger(__name__ + ".retry")
 
 _TICK_S = 0.05
 _SYNC_EVERY_S = 1.0
 _REPLAY_CHUNK_BYTES = 4 * 1024 * 1024
+_RETRY_MAX_S = 5.0
 
 
 class Replayer(Protocol):
@@ -67,15 +75,24 @@ class Spooler:
             self.policy.spilling = True
 
     async def run(self) -> None:
-        """Durability, broker watch and replay until cancelled."""
+        """Durability, broker watch and replay until cancelled; OSErrors are retried."""
         last_sync = time.monotonic()
+        delay = _TICK_S
         while True:
-            await asyncio.sleep(_TICK_S)
+            await asyncio.sleep(delay)
             now = time.monotonic()
-            self.tick(now)
-            if self.store.fsync == "interval" and now - last_sync >= _SYNC_EVERY_S:
-                self.store.sync()
-                last_sync = now
+            try:
+                self.tick(now)
+                if self.store.fsync == "interval" and now - last_sync >= _SYNC_EVERY_S:
+                    self.store.sync()
+                    last_sync = now
+            except OSError as exc:
+                delay = min(delay * 2, _RETRY_MAX_S)
+                retry_log.error(
+                    "spool %s: %s; retrying in %.1f s", self.store.directory, exc, delay
+                )
+                continue
+            delay = _TICK_S
 
     def tick(self, now: float) -> None:
         policy = self.policy
@@ -86,13 +103,23 @@ class Spooler:
         room = policy.replay_room()
         if room <= 0:
             return
-        for kind, body, segment in self.store.read(min(room, _REPLAY_CHUNK_BYTES)):
-            if kind == records.DATAGRAM:
-                previous_run = segment in self._previous_run_segments
-                self.replayer.replay_datagram(body, previous_run=previous_run)
-            else:
-                self.replayer.replay_batch(records.decode_batch(body, kind))
-        self._after_replay()
+        store = self.store
+        ledger = policy.ledger
+        try:
+            for kind, body, segment in store.read(min(room, _REPLAY_CHUNK_BYTES)):
+                if segment in store.suspect:  # replayed from its start: some may be resent
+                    ledger.possible_duplicate(records.message_count(kind, body))
+                if kind == records.DATAGRAM:
+                    previous_run = segment in self._previous_run_segments
+                    self.replayer.replay_datagram(body, previous_run=previous_run)
+                else:
+                    self.replayer.replay_batch(records.decode_batch(body, kind))
+            store.commit()  # admitted: only now may the segments they came from go
+        finally:
+            this_run, previous_run_lost = store.take_losses()
+            if this_run or previous_run_lost:
+                ledger.lost_in_spool(this_run, previous_run_lost)
+            self._after_replay()
 
     def stop_replaying(self) -> None:
         self._stopping = True

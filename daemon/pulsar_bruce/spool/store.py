@@ -9,6 +9,16 @@ as they are older than anything already spooled.  The head may be partly read
 by then, and the front may be read in parts after the next start: so each
 segment keeps its own offset, and neither read loses the other's place.
 
+Damage (a file cut short, flipped bits, a segment gone or renamed, a cursor past
+a segment's end) never stops the replay and is never silent: every intact
+record is kept, each damaged segment is logged in one line, and the messages
+known to be lost are added to :attr:`SpoolStore.lost_this_run` or
+:attr:`SpoolStore.lost_previous_run` for the caller to count.  This run's
+segments are counted exactly (the store knows how many messages it wrote to
+each); an earlier run's only as far as the damaged records' headers tell.
+Anything else in the directory is logged once and left alone.  A read segment
+is deleted only in :meth:`SpoolStore.commit`, once its records are admitted.
+
 Durability follows ``fsync``: ``always`` (every append), ``interval`` (the
 edge calls :meth:`SpoolStore.sync` about once a second) or ``never``.
 """
@@ -16,15 +26,19 @@ edge calls :meth:`SpoolStore.sync` about once a second) or ``never``.
 from __future__ import annotations
 
 import contextlib
+import io
+import logging
 import os
 from pathlib import Path
-from typing import BinaryIO
 
 from pulsar_bruce.model.vocabulary import FsyncPolicy
 from pulsar_bruce.spool import records
 
+log = logging.getLogger(__name__)
+
 _CURSOR = "cursor"
 _SUFFIX = ".spool"
+_OWN_FILES = (_CURSOR, _CURSOR + ".tmp")
 
 
 class SpoolStore:
@@ -45,7 +59,13 @@ class SpoolStore:
         self.segment_bytes = segment_bytes
         self.size_bytes = 0
         self.corrupt_records = 0
-        self._tail: BinaryIO | None = None
+        #: Messages this run spooled (``Ledger.spill``) found lost, not yet taken by the caller.
+        self.lost_this_run = 0
+        #: Messages of earlier runs found lost (their count known from the records' headers).
+        self.lost_previous_run = 0
+        #: Segments whose read offset was lost: replayed from their start, maybe twice.
+        self.suspect: set[str] = set()
+        self._tail: io.FileIO | None = None
         self._tail_name = ""
         self._tail_size = 0
         self._dirty = False
@@ -53,6 +73,15 @@ class SpoolStore:
         self._offsets: dict[str, int] = {}
         self._saved_cursor = ""
         self._next_number = 1
+        #: Messages appended to each of this run's segments and not yet read back.
+        self._unread: dict[str, int] = {}
+        #: Fully read segments, deleted by :meth:`commit` (their records are admitted then).
+        self._finished: list[str] = []
+        self._unknown_logged: set[str] = set()
+        #: Where reading a segment must stop (a failed write there could not be undone).
+        self._limits: dict[str, int] = {}
+        #: Per segment being read: [corrupt records, messages known lost], logged at its end.
+        self._damage: dict[str, list[int]] = {}
 
     # -- opening ------------------------------------------------------------------------
 
@@ -61,13 +90,30 @@ class SpoolStore:
         segments = self._segments()
         sizes = {name: (self.directory / name).stat().st_size for name in segments}
         cursor = self.directory / _CURSOR
-        text = cursor.read_text() if cursor.exists() else ""
+        try:
+            text = cursor.read_text() if cursor.exists() else ""
+        except (OSError, UnicodeDecodeError) as exc:
+            log.error("spool %s: cannot read the cursor (%s); replaying from the start, "
+                      "possibly twice", self.directory, exc)  # fmt: skip
+            text = ""
+            self.suspect.update(segments)
         named: list[str] = []
         for line in text.splitlines():
             name, _, offset = line.partition(" ")
             named.append(name)
-            if name in sizes and offset.strip().isdigit() and int(offset) > 0:
-                self._offsets[name] = min(int(offset), sizes[name])
+            if not offset.strip().isdigit() or int(offset) <= 0:
+                continue
+            if name not in sizes:
+                log.warning("spool %s: the cursor names %s, which is gone (read and deleted "
+                            "before a crash, or removed or renamed: then what it held is "
+                            "lost)", self.directory, name)  # fmt: skip
+            elif int(offset) > sizes[name]:
+                log.error("spool %s: segment %s is shorter (%d bytes) than its read offset "
+                          "%s: replaying it from its start (possible duplicates)",
+                          self.directory, name, sizes[name], offset.strip())  # fmt: skip
+                self.suspect.add(name)
+            else:
+                self._offsets[name] = int(offset)
         self.size_bytes = sum(sizes.values()) - sum(self._offsets.values())
         # A name the cursor file still mentions (a crash between deleting a read segment
         # and saving the cursor) is never given to a new segment.
@@ -82,7 +128,18 @@ class SpoolStore:
         return self._segments()
 
     def _segments(self) -> list[str]:
-        return sorted(p.name for p in self.directory.glob(f"seg-*{_SUFFIX}"))
+        """The regular ``seg-*.spool`` files; anything else is logged once, left alone."""
+        names = []
+        with os.scandir(self.directory) as entries:
+            for entry in entries:
+                name = entry.name
+                if name.startswith("seg-") and name.endswith(_SUFFIX) and entry.is_file():
+                    names.append(name)
+                elif name not in _OWN_FILES and name not in self._unknown_logged:
+                    self._unknown_logged.add(name)
+                    log.warning("spool %s: %s is not a spool segment; left alone",
+                                self.directory, name)  # fmt: skip
+        return sorted(names)
 
     # -- writing ------------------------------------------------------------------------
 
@@ -93,24 +150,47 @@ class SpoolStore:
     def is_empty(self) -> bool:
         return self.size_bytes == 0
 
-    def append(self, record: bytes) -> None:
-        """Append one encoded record at the tail (the caller checked :meth:`has_room`)."""
+    def append(self, record: bytes, messages: int = 1) -> None:
+        """Append encoded records (``messages`` of them) at the tail; the caller checked
+        :meth:`has_room`.  All or nothing: after an OSError none of them is on disk."""
         if self._tail is None or self._tail_size >= self.segment_bytes:
             self._open_new_tail()
         assert self._tail is not None
-        self._tail.write(record)
+        fd = self._tail.fileno()
+        start = self._tail_size
+        try:
+            view = memoryview(record)
+            while view:
+                view = view[os.write(fd, view) :]
+            if self.fsync is FsyncPolicy.ALWAYS:
+                os.fsync(fd)
+        except OSError:
+            # The caller discards these messages: no part of them may be replayed.
+            try:
+                os.ftruncate(fd, start)
+            except OSError as exc:
+                log.error("spool %s: cannot undo a failed write (%s); starting a new segment",
+                          self.directory, exc)  # fmt: skip
+                self._abandon_tail(start)
+            raise
         self._tail_size += len(record)
         self.size_bytes += len(record)
-        self._dirty = True
-        if self.fsync is FsyncPolicy.ALWAYS:
-            self.sync()
+        self._unread[self._tail_name] = self._unread.get(self._tail_name, 0) + messages
+        self._dirty = self.fsync is not FsyncPolicy.ALWAYS
 
     def _open_new_tail(self) -> None:
         self._close_tail()
         self._tail_name = f"seg-{self._next_number:012d}{_SUFFIX}"
         self._next_number += 1
-        self._tail = (self.directory / self._tail_name).open("ab")
+        self._tail = (self.directory / self._tail_name).open("ab", buffering=0)
         self._tail_size = 0
+
+    def _abandon_tail(self, end: int) -> None:
+        """A write failed and could not be undone: what follows ``end`` is never read."""
+        self._limits[self._tail_name] = end
+        with contextlib.suppress(OSError):
+            self._close_tail()
+        self._tail = None
 
     def _close_tail(self) -> None:
         if self._tail is not None:
@@ -122,7 +202,6 @@ class SpoolStore:
         """Make what was appended durable (per the fsync policy)."""
         if self._tail is None or not self._dirty:
             return
-        self._tail.flush()
         if self.fsync is not FsyncPolicy.NEVER:
             os.fsync(self._tail.fileno())
         self._dirty = False
@@ -161,54 +240,122 @@ class SpoolStore:
 
     def read(self, max_bytes: int) -> list[tuple[int, bytes, str]]:
         """Up to about ``max_bytes`` of records from the head, in order, as (kind, body,
-        segment name); advances the cursor.  At least one whole record, however large."""
-        if self._tail is not None:
-            self._tail.flush()
+        segment name); at least one whole record, however large.  Deletes nothing (see
+        :meth:`commit`).  An OSError is raised only when nothing could be read: else what
+        was read comes back, and the segment that failed is tried again next time."""
         out: list[tuple[int, bytes, str]] = []
         budget = max_bytes
-        for name in self._segments():
+        segments = [name for name in self._segments() if name not in self._finished]
+        self._count_vanished(segments)
+        for name in segments:
             if budget <= 0:
                 break
-            path = self.directory / name
-            offset = self._offsets.get(name, 0)
+            try:
+                data, at_end, offset = self._read_chunk(name, budget)
+            except OSError:
+                if out:
+                    break
+                raise
             is_tail = name == self._tail_name
-            with path.open("rb") as handle:
-                handle.seek(offset)
-                data = handle.read(max(budget, records.HEADER_SIZE))
-                whole = records.first_record_size(data)
-                if whole > len(data):  # the budget is smaller than the next record
-                    data += handle.read(whole - len(data))
-                at_end = handle.tell() >= os.fstat(handle.fileno()).st_size
             result = records.scan(data, final=at_end and not is_tail)
-            self.corrupt_records += result.corrupt
             out.extend((kind, body, name) for kind, body in result.records)
+            if name in self._unread:  # this run's: datagrams only, counted at the end
+                self._unread[name] = max(self._unread[name] - len(result.records), 0)
+            else:
+                self.lost_previous_run += result.lost_messages
+            if result.corrupt:
+                damage = self._damage.setdefault(name, [0, 0])
+                damage[0] += result.corrupt
+                damage[1] += result.lost_messages
+            self.corrupt_records += result.corrupt
             offset += result.consumed
             self.size_bytes = max(self.size_bytes - result.consumed, 0)
             budget -= result.consumed
-            finished = at_end and result.consumed == len(data)
-            if finished and not is_tail:
-                path.unlink()
-                self._offsets.pop(name, None)
-                continue
-            if finished and is_tail:
-                self._reset_tail()
+            if at_end and result.consumed == len(data):
+                self._finish(name)
+                if not is_tail:
+                    continue
                 break
             self._offsets[name] = offset
             break  # this segment is not done: the next one must wait
-        self._save_cursor()
         return out
 
-    def _reset_tail(self) -> None:
-        """Everything written has been read: start the next append in a fresh segment."""
-        if self._tail is not None:
-            self._tail.close()
-            self._tail = None
-            with contextlib.suppress(OSError):
-                (self.directory / self._tail_name).unlink()
-        self._tail_name = ""
-        self._offsets.clear()  # the tail is the last segment: all before it are gone
+    def _read_chunk(self, name: str, budget: int) -> tuple[bytes, bool, int]:
+        """The next bytes of ``name`` (a whole record at least), whether they reach its end
+        (or the end of what may be read of it), and the offset they start at."""
+        offset = self._offsets.get(name, 0)
+        with (self.directory / name).open("rb") as handle:
+            end = os.fstat(handle.fileno()).st_size
+            end = min(end, self._limits.get(name, end))
+            if offset > end:  # cut short while we read it
+                if name in self._unread:  # what is left of it is counted as lost at its end
+                    return b"", True, end
+                log.error("spool %s: segment %s is shorter (%d bytes) than its read offset "
+                          "%d: replaying it from its start (possible duplicates)",
+                          self.directory, name, end, offset)  # fmt: skip
+                self.suspect.add(name)
+                offset = 0
+            handle.seek(offset)
+            data = handle.read(min(max(budget, records.HEADER_SIZE), end - offset))
+            whole = records.first_record_size(data)
+            if whole > len(data):  # the budget is smaller than the next record
+                data += handle.read(min(whole, end - offset) - len(data))
+        return data, offset + len(data) >= end, offset
+
+    def _finish(self, name: str) -> None:
+        """``name`` is read to its end: count and log what it lost, delete it at commit."""
+        self._finished.append(name)
+        self._offsets.pop(name, None)
+        self._limits.pop(name, None)
+        corrupt, lost = self._damage.pop(name, (0, 0))
+        this_run = name in self._unread
+        if this_run:
+            lost = self._unread.pop(name)  # exact: whatever did not come back
+            self.lost_this_run += lost
+        if corrupt or lost:
+            log.error("spool %s: segment %s damaged: %d corrupt records, %d messages lost "
+                      "(counted as spool_damaged)%s", self.directory, name, corrupt, lost,
+                      "" if this_run or lost else "; how many it held is unknown")  # fmt: skip
+        if name == self._tail_name:
+            # Everything written has been read: the next append starts a fresh segment.
+            if self._tail is not None:
+                self._tail.close()
+                self._tail = None
+            self._tail_name = ""
+            self._offsets.clear()  # the tail is the last segment: all before it are read
+            self.size_bytes = 0
+
+    def _count_vanished(self, segments: list[str]) -> None:
+        """This run's segments that are gone (deleted, renamed, replaced): their unread
+        messages are lost, counted; the tail is given up, so new records land on disk."""
+        for name in [n for n in self._unread if n not in segments]:
+            lost = self._unread.pop(name)
+            self.lost_this_run += lost
+            self._offsets.pop(name, None)
+            log.error("spool %s: segment %s is gone; %d messages lost (counted as "
+                      "spool_damaged)", self.directory, name, lost)  # fmt: skip
+            if name == self._tail_name:
+                with contextlib.suppress(OSError):
+                    self._close_tail()
+                self._tail, self._tail_name = None, ""
+            self.size_bytes = sum(
+                _size(self.directory / n) - self._offsets.get(n, 0) for n in segments
+            )
+
+    def take_losses(self) -> tuple[int, int]:
+        """Messages found lost since the last call: (this run's, earlier runs')."""
+        losses = (self.lost_this_run, self.lost_previous_run)
+        self.lost_this_run = self.lost_previous_run = 0
+        return losses
+
+    def commit(self) -> None:
+        """The records :meth:`read` returned are admitted: delete the segments they
+        emptied and save the cursor.  After an OSError, the next call tries again."""
+        while self._finished:
+            with contextlib.suppress(FileNotFoundError):
+                (self.directory / self._finished[0]).unlink()
+            self._finished.pop(0)
         self._save_cursor()
-        self.size_bytes = 0
 
     def _save_cursor(self, durable: bool = False) -> None:
         """Replace the cursor file (atomically) when an offset moved; ``durable`` also
@@ -237,6 +384,13 @@ class SpoolStore:
 
     def close(self) -> None:
         self._close_tail()
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _number(name: str) -> int:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from pulsar_bruce import server
-from pulsar_bruce.server import stable_producer_name
+from pulsar_bruce.config import names
+from pulsar_bruce.config.names import stable_producer_name
 
 SOCKET = "/run/bruce/bruce.sock"
 DIGEST = hashlib.sha1(SOCKET.encode(), usedforsecurity=False).hexdigest()[:6]
@@ -14,7 +14,7 @@ DIGEST = hashlib.sha1(SOCKET.encode(), usedforsecurity=False).hexdigest()[:6]
 
 @pytest.fixture(autouse=True)
 def host(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(server.socket, "gethostname", lambda: "web-7")
+    monkeypatch.setattr(names.socket, "gethostname", lambda: "web-7")
 
 
 def test_a_configured_prefix_gets_the_host_and_socket_hash() -> None:
@@ -25,7 +25,7 @@ def test_two_hosts_with_one_configuration_get_different_names(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     first = stable_producer_name("edge", SOCKET)
-    monkeypatch.setattr(server.socket, "gethostname", lambda: "web-8")
+    monkeypatch.setattr(names.socket, "gethostname", lambda: "web-8")
     assert stable_producer_name("edge", SOCKET) != first
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from pulsar_bruce import reasons
 from pulsar_bruce.input.stream_server import StreamConnection, StreamServer
+from pulsar_bruce.input.stream_session import RecordBudget
 from pulsar_bruce.model.confirmation import Confirmation
 from pulsar_bruce.route.intake import admit_each
 from to_pulsar.encoding import encode_any_partition
@@ -33,6 +35,11 @@ class FakeIntake:
         self.accepting = True
         self.offers = 0
         self.admitted: list[tuple[bytes, Confirmation | None]] = []
+
+        self.refused: list[tuple[str, bytes]] = []
+
+    def refuse_record(self, reason: str, head: bytes) -> None:
+        self.refused.append((reason, head))
 
     def admit(self, data: bytes, confirmation: Confirmation | None = None) -> bool:
         self.offers += 1
@@ -78,11 +85,11 @@ def responses(transport: FakeTransport) -> list[tuple[int, FlushResult]]:
 
 
 class Rig:
-    def __init__(self) -> None:
+    def __init__(self, budget: RecordBudget | None = None) -> None:
         self.intake = FakeIntake()
         self.drains = 0
         self.transport = FakeTransport()
-        self.connection = StreamConnection(self.intake, self._after_records)
+        self.connection = StreamConnection(self.intake, self._after_records, budget)
         self.connection.connection_made(self.transport)
 
     def _after_records(self) -> None:
@@ -264,5 +271,151 @@ def test_the_server_accepts_records_and_answers_flushes_over_a_real_socket(tmp_p
             assert await asyncio.wait_for(loop.sock_recv(client, 4096), 10) == b""
         finally:
             client.close()
+
+    run(test)
+
+
+# -- a client that does not read its responses ---------------------------------------------------
+
+
+def test_a_blocked_writer_pauses_reading_and_resumes_when_the_client_drains() -> None:
+    async def test() -> None:
+        rig = Rig()
+        rig.connection.pause_writing()  # the transport's write buffer passed its high-water mark
+        assert rig.transport.calls == ["pause_reading"]
+        rig.connection.data_received(record(b"v1") + encode_flush_request(1))
+        assert rig.intake.offers == 0  # read by the kernel before the pause: kept, not taken
+        rig.connection.resume_writing()
+        assert rig.transport.calls == ["pause_reading", "resume_reading"]
+        assert rig.intake.values == [b"v1"]
+
+    run(test)
+
+
+def test_a_client_that_never_reads_its_responses_stops_being_read(tmp_path: Path) -> None:
+    """4 MiB of flush requests, never a response read: the daemon stops reading that client
+    once its responses pass the write buffer's high-water mark, instead of buffering them."""
+    path = str(tmp_path / "s.sock")
+    requests = b"".join(encode_flush_request(index) for index in range(4096))  # 72 KiB
+
+    async def test() -> None:
+        server = StreamServer(path, 0o600, FakeIntake(), lambda: None)
+        await server.start()
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(path)
+        sent = threading.Event()
+
+        def send() -> None:
+            try:
+                for _ in range(58):
+                    client.sendall(requests)
+            except OSError:
+                pass  # the server closed the connection at the end of the test
+            sent.set()
+
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        try:
+            await until(lambda: server._connections, "the connection")
+            (connection,) = server._connections
+            transport = connection.transport
+            assert isinstance(transport, asyncio.Transport)
+            await until(
+                lambda: sent.is_set() or not transport.is_reading(),
+                "the client to have sent everything or its connection to stop reading",
+            )
+            buffered = transport.get_write_buffer_size()
+            # One read's worth of answers at most (a read is <= 256 KiB of 18-byte requests).
+            assert buffered < 1 << 20, f"{buffered} response bytes buffered"
+            assert not sent.is_set()
+        finally:
+            client.shutdown(socket.SHUT_RDWR)  # ends the sender's blocked write
+            await asyncio.to_thread(sender.join, 10)
+            server.stop_reading()
+            await server.stop()
+            client.close()
+
+    run(test)
+
+
+# -- records refused at their header and the connection cap ---------------------------------------
+
+
+def budget_of(rig: Rig, buffer_max_bytes: int, buffered: int = 0) -> RecordBudget:
+    return RecordBudget(
+        lambda: rig.intake.max_message_bytes, buffer_max_bytes, lambda: buffered, reserve_from=100
+    )
+
+
+def test_a_record_over_max_message_bytes_is_refused_at_its_header() -> None:
+    async def test() -> None:
+        rig = Rig()
+        rig.connection = StreamConnection(rig.intake, lambda: None, budget_of(rig, 1 << 20))
+        rig.connection.connection_made(rig.transport)
+        header = struct.pack(">ihh", 4096, 0, 0)  # 4096 > max_message_bytes 1024
+        rig.connection.data_received(record(b"v1") + header + b"x" * 100)
+        assert rig.intake.values == [b"v1"]
+        assert rig.intake.refused == [(reasons.TOO_LARGE, header + b"x" * 56)]
+        assert rig.transport.calls == ["close"]
+        assert rig.connection.session.buffered_bytes == 0  # nothing kept for it
+
+    run(test)
+
+
+def test_records_still_arriving_cannot_reserve_more_than_the_buffer() -> None:
+    async def test() -> None:
+        first, second = Rig(), Rig()
+        for rig in (first, second):
+            rig.intake.max_message_bytes = 8000
+        budget = budget_of(first, buffer_max_bytes=10000, buffered=1000)
+        for rig in (first, second):
+            rig.connection = StreamConnection(rig.intake, lambda: None, budget)
+            rig.connection.connection_made(rig.transport)
+        big = record(b"v" * 5900)  # about 6000 bytes
+        first.connection.data_received(big[:200])
+        assert budget.reserved == len(big) and first.transport.calls == []
+        second.connection.data_received(big[:200])  # 6000 more do not fit 10000 - 1000 - 6000
+        assert second.intake.refused == [(reasons.BUFFER_FULL, big[:64])]
+        assert second.transport.calls == ["close"]
+        first.connection.data_received(big[200:])  # complete: taken, its reservation released
+        assert first.intake.values == [b"vv"] and budget.reserved == 0
+        first.connection.connection_lost(None)
+        assert budget.reserved == 0
+
+    run(test)
+
+
+def test_connections_beyond_the_cap_are_closed_at_once(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.sock")
+
+    async def test() -> None:
+        intake = FakeIntake()
+        server = StreamServer(path, 0o600, intake, lambda: None, max_connections=1)
+        await server.start()
+        loop = asyncio.get_running_loop()
+        clients = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(3)]
+        for client in clients:
+            client.setblocking(False)
+        try:
+            first, second, third = clients
+            await loop.sock_connect(first, path)
+            await until(lambda: len(server._connections) == 1, "the first connection")
+            await loop.sock_connect(second, path)
+            assert await asyncio.wait_for(loop.sock_recv(second, 4096), 10) == b""
+            assert server.refused_connections == 1
+            await loop.sock_sendall(first, encode_flush_request(1))
+            answer = await asyncio.wait_for(loop.sock_recv(first, 4096), 10)
+            assert decode_flush_response(answer) == (1, FlushResult(0, {}))
+            first.close()
+            await until(lambda: not server._connections, "the first connection to end")
+            await loop.sock_connect(third, path)
+            await loop.sock_sendall(third, encode_flush_request(2))
+            answer = await asyncio.wait_for(loop.sock_recv(third, 4096), 10)
+            assert decode_flush_response(answer) == (2, FlushResult(0, {}))
+        finally:
+            server.stop_reading()
+            await server.stop()
+            for client in clients:
+                client.close()
 
     run(test)

@@ -8,7 +8,7 @@ import grp
 import os
 import socket
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -129,12 +129,59 @@ def test_a_world_writable_directory_with_sticky_bit_is_fine(
     open_unix_socket(str(directory / "bruce.sock"), kind, 0o660).close()
 
 
-@pytest.mark.parametrize("mode", [0o755, 0o750, 0o775, 0o700])
-def test_directories_not_writable_by_everyone_are_fine(tmp_path: Path, mode: int) -> None:
+@pytest.mark.parametrize("mode", [0o755, 0o750, 0o700, 0o1775])
+def test_directories_only_we_can_write_are_fine(tmp_path: Path, mode: int) -> None:
     directory = tmp_path / "d"
     directory.mkdir()
     directory.chmod(mode)
     check_socket_directory(str(directory / "bruce.sock"))
+
+
+def test_a_group_writable_directory_without_sticky_bit_is_refused(tmp_path: Path) -> None:
+    directory = tmp_path / "shared"
+    directory.mkdir()
+    directory.chmod(0o775)  # anyone in its group could replace the socket
+    with pytest.raises(InsecureSocketDirectoryError) as caught:
+        check_socket_directory(str(directory / "bruce.sock"))
+    message = str(caught.value)
+    assert "group-writable without the sticky bit" in message and "chmod go-w" in message
+    assert "\n" not in message
+
+
+def _stat_owned_by(uid: int, mode: int) -> Callable[..., os.stat_result]:
+    real_stat = os.stat
+
+    def fake_stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        info = real_stat(path, *args, **kwargs)
+        if not stat.S_ISDIR(info.st_mode):
+            return info
+        fields = list(info)
+        fields[stat.ST_UID], fields[stat.ST_MODE] = uid, stat.S_IFDIR | mode
+        return os.stat_result(fields)
+
+    return fake_stat
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_directory_owned_by_another_user_is_refused(
+    tmp_path: Path, kind: socket.SocketKind, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = 4242 if os.geteuid() != 4242 else 4243
+    directory = tmp_path / "theirs"
+    directory.mkdir()
+    monkeypatch.setattr(os, "stat", _stat_owned_by(other, 0o755))
+    path = directory / "bruce.sock"
+    with pytest.raises(InsecureSocketDirectoryError) as caught:
+        open_unix_socket(str(path), kind, 0o660)
+    message = str(caught.value)
+    assert f"belongs to uid {other}" in message or f"(uid {other})" in message
+    assert "owned by root" in message and "\n" not in message
+    assert not path.exists()
+
+
+def test_a_directory_owned_by_root_is_fine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "stat", _stat_owned_by(0, 0o755))
+    check_socket_directory(str(tmp_path / "bruce.sock"))
 
 
 @pytest.mark.parametrize("kind", KINDS)

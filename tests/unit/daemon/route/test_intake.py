@@ -60,11 +60,11 @@ class FlakyStore(SpoolStore):
 
     fail_next = 0
 
-    def append(self, record: bytes) -> None:
+    def append(self, record: bytes, messages: int = 1) -> None:
         if self.fail_next:
             self.fail_next -= 1
             raise OSError(28, "No space left on device")
-        super().append(record)
+        super().append(record, messages)
 
 
 class Harness:

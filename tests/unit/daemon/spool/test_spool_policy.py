@@ -15,6 +15,13 @@ from pulsar_bruce.spool.store import SpoolStore
 CAP = 1000
 
 
+def take(store: SpoolStore, max_bytes: int) -> list[tuple[int, bytes, str]]:
+    """What the spooler does: read, admit, commit (only then are read segments deleted)."""
+    got = store.read(max_bytes)
+    store.commit()
+    return got
+
+
 def open_store(directory: Path, max_bytes: int = 1 << 20) -> SpoolStore:
     store = SpoolStore(directory, max_bytes, fsync="never")
     store.open()
@@ -29,11 +36,11 @@ class Appends:
         self.fail = False
         real = store.append
 
-        def append(record: bytes) -> None:
+        def append(record: bytes, messages: int = 1) -> None:
             self.calls.append(len(record))
             if self.fail:
                 raise OSError(28, "No space left on device")
-            real(record)
+            real(record, messages)
 
         monkeypatch.setattr(store, "append", append)
 
@@ -47,7 +54,7 @@ def spill(policy: SpoolPolicy, datagram: bytes) -> bool:
 
 
 def read_back(store: SpoolStore) -> list[bytes]:
-    return [body for _kind, body, _segment in store.read(1 << 20)]
+    return [body for _kind, body, _segment in take(store, 1 << 20)]
 
 
 # -- memory ------------------------------------------------------------------------------------
@@ -264,14 +271,14 @@ def test_a_front_segment_read_in_parts_keeps_the_heads_cursor(tmp_path: Path) ->
     head = [bytes([n]) * 50 for n in range(3)]
     store = open_store(tmp_path)
     store.append(b"".join(records.encode(records.DATAGRAM, body) for body in head))
-    assert [body for _, body, _ in store.read(20)] == head[:1]  # replayed before shutdown
+    assert [body for _, body, _ in take(store, 20)] == head[:1]  # replayed before shutdown
     store.write_front([records.encode(records.DATAGRAM, b"f" * 50)] * 3)
     store.close()
 
     again = open_store(tmp_path)
     replayed: list[bytes] = []
     for _ in range(20):
-        chunk = again.read(20)  # less than a record: one record per read
+        chunk = take(again, 20)  # less than a record: one record per read
         if not chunk:
             break
         replayed += [body for _, body, _ in chunk]

@@ -266,3 +266,186 @@ def test_a_front_write_that_fails_midway_leaves_nothing_to_replay(
     again = Rig(tmp_path)
     again.spooler.tick(NOW)
     assert again.replayer.replayed == []  # discarded in the last run: not delivered now
+
+
+# -- faults and damage (issue "Nothing the daemon has read is lost") ---------------------------
+
+
+def write_segment(directory: Path, number: int, *bodies: bytes) -> Path:
+    path = directory / f"seg-{number:012d}.spool"
+    path.write_bytes(b"".join(records.encode(records.DATAGRAM, body) for body in bodies))
+    return path
+
+
+def test_run_survives_io_errors_and_replays_once_the_disk_is_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def test() -> None:
+        rig = Rig(tmp_path)
+        real_read, failures = rig.store.read, [0]
+
+        def failing_read(max_bytes: int) -> list[tuple[int, bytes, str]]:
+            if failures[0] < 3:
+                failures[0] += 1
+                raise OSError(errno.EIO, "Input/output error")
+            return real_read(max_bytes)
+
+        monkeypatch.setattr(rig.store, "read", failing_read)
+        task = asyncio.get_running_loop().create_task(rig.spooler.run())
+        rig.spill(b"d1")
+        await until(lambda: rig.datagrams or task.done(), "a replay after the errors")
+        assert not task.done()  # the old run() died on the first OSError
+        assert rig.datagrams == [(b"d1", False)] and failures[0] == 3
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(test())
+
+
+def test_a_directory_named_like_a_segment_is_left_alone_and_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    earlier_run(tmp_path, b"old1", b"old2")
+    (tmp_path / "seg-000000000000.spool").mkdir()  # sorts before the real head
+    (tmp_path / "notes.txt").write_text("not ours")
+    rig = Rig(tmp_path)
+    rig.spooler.tick(NOW)
+    rig.spooler.tick(NOW)
+    assert rig.datagrams == [(b"old1", True), (b"old2", True)]
+    assert (tmp_path / "seg-000000000000.spool").is_dir() and (tmp_path / "notes.txt").exists()
+    assert caplog.text.count("seg-000000000000.spool is not a spool segment") == 1
+    assert caplog.text.count("notes.txt is not a spool segment") == 1
+
+
+def test_nothing_read_is_deleted_before_it_is_returned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first segment is read to its end, the second cannot be opened: what the first
+    held comes back (and only then is it deleted); the second waits for the next tick."""
+    first = write_segment(tmp_path, 1, b"a1", b"a2")
+    write_segment(tmp_path, 2, b"b1")
+    real_open = Path.open
+
+    def failing_open(self: Path, mode: str = "r", *args: object, **kwargs: object) -> object:
+        if self.name == "seg-000000000002.spool":
+            raise OSError(errno.EIO, "Input/output error")
+        return real_open(self, mode, *args, **kwargs)  # type: ignore[call-overload]
+
+    rig = Rig(tmp_path)
+    with monkeypatch.context() as patched:  # undone before pytest reads a source file
+        patched.setattr(Path, "open", failing_open)
+        rig.spooler.tick(NOW)
+    assert rig.datagrams == [(b"a1", True), (b"a2", True)]
+    assert not first.exists()  # deleted once its records were admitted
+    rig.spooler.tick(NOW)
+    assert rig.datagrams == [(b"a1", True), (b"a2", True), (b"b1", True)]
+
+
+def blocked_rig(directory: Path) -> Rig:
+    """A rig whose memory is full: ticks write to disk but replay nothing."""
+    rig = Rig(directory)
+    rig.ledger.accept(CAP // 2)
+    return rig
+
+
+def unblock(rig: Rig) -> None:
+    rig.ledger.ack(TopicCounters(), 1, CAP // 2)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "rename"])
+def test_a_segment_of_this_run_cut_to_nothing_or_renamed_is_counted(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = blocked_rig(tmp_path)
+    rig.spill(b"d1", b"d2")
+    rig.spooler.tick(NOW)
+    (segment,) = rig.store.segment_names()
+    if damage == "truncate":
+        os.truncate(tmp_path / segment, 0)
+    else:
+        (tmp_path / segment).rename(tmp_path / (segment + ".bak"))
+    unblock(rig)
+    rig.spooler.tick(NOW)
+    assert rig.ledger.discarded["spool_damaged"] == 2
+    assert rig.ledger.spooled_messages == 0 and rig.ledger.identity_holds()
+    assert "2 messages lost (counted as spool_damaged)" in caplog.text
+    rig.spill(b"d3")  # the spool takes new messages, and they come back
+    rig.spooler.tick(NOW)
+    assert rig.datagrams == [(b"d3", False)]
+
+
+def test_a_cursor_past_the_end_replays_the_segment_from_its_start_as_possible_duplicates(
+    tmp_path: Path,
+) -> None:
+    write_segment(tmp_path, 1, b"old1", b"old2")
+    (tmp_path / "cursor").write_text("seg-000000000001.spool 9999")
+    rig = Rig(tmp_path, into_memory=True)
+    rig.spooler.tick(NOW)
+    assert rig.datagrams == [(b"old1", True), (b"old2", True)]  # not skipped whole
+    assert rig.ledger.possible_duplicates == 2
+
+
+def test_a_corrupt_batch_record_counts_its_messages_and_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    batch = bytearray(records.encode_batch("persistent://public/default/t", 0, 5, 572, b"e" * 6000))
+    batch[-100] ^= 0xFF  # a flipped bit in the entries: the header still says 572
+    good = records.encode(records.DATAGRAM, b"intact")
+    (tmp_path / "seg-000000000001.spool").write_bytes(bytes(batch) + good)
+    rig = Rig(tmp_path, into_memory=True)
+    rig.spooler.tick(NOW)
+    assert rig.datagrams == [(b"intact", True)]
+    assert rig.store.corrupt_records == 1
+    assert rig.ledger.discarded["spool_damaged"] == 572 and rig.ledger.identity_holds()
+    assert caplog.text.count("damaged: 1 corrupt records, 572 messages lost") == 1
+
+
+def test_a_write_whose_fsync_fails_leaves_nothing_on_disk_to_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Discarded as buffer_full, so never replayed: the ledger and the disk agree."""
+    rig = Rig(tmp_path, fsync="always")
+    rig.ledger.accept(CAP // 2)
+    rig.spill(b"d1")
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(store_module.os, "fsync", failing_fsync)
+    rig.spooler.tick(NOW)
+    monkeypatch.undo()
+    assert rig.ledger.discarded["buffer_full"] == 1
+    rig.spill(b"d2")
+    unblock(rig)
+    rig.spooler.tick(NOW)
+    assert rig.datagrams == [(b"d2", False)] and rig.ledger.identity_holds()
+
+
+def test_a_write_cut_short_by_a_full_disk_is_undone_and_goes_to_the_discard_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refused: list[tuple[str, bytes]] = []
+    rig = blocked_rig(tmp_path)
+    rig.policy.refused = lambda reason, data: refused.append((reason, data))
+    rig.spill(b"d1", b"d2", b"d3")
+    real_write, writes = os.write, [0]
+
+    def half_then_full(fd: int, data: bytes | memoryview) -> int:
+        if not os.readlink(f"/proc/self/fd/{fd}").startswith(str(tmp_path)):
+            return real_write(fd, data)  # not the spool's: pytest's own output
+        writes[0] += 1
+        if writes[0] == 1:
+            return real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store_module.os, "write", half_then_full)
+    rig.spooler.tick(NOW)
+    monkeypatch.undo()
+    assert refused == [("buffer_full", b"d1"), ("buffer_full", b"d2"), ("buffer_full", b"d3")]
+    assert rig.ledger.discarded["buffer_full"] == 3 and rig.store.is_empty
+    rig.spill(b"d4")
+    unblock(rig)
+    rig.spooler.tick(NOW)
+    assert rig.datagrams == [(b"d4", False)] and rig.store.corrupt_records == 0
+    assert rig.ledger.identity_holds()
