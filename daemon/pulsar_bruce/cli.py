@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any
 
 import click
@@ -21,6 +22,13 @@ from pulsar_bruce.metrics.status import render_status
 from pulsar_bruce.native import INTAKE, INTAKE_CHOICE_ERROR
 from pulsar_bruce.service.logs import setup_logging
 from pulsar_bruce.service.systemd import ActivationError
+from pulsar_bruce.spool.inspect import (
+    NotASpoolDirectory,
+    SpoolReport,
+    daemon_using,
+    empty_spool,
+    inspect_spool,
+)
 
 log = logging.getLogger("pulsar_bruce")
 
@@ -103,7 +111,8 @@ def main(
 
     Runs in the foreground. SIGTERM or SIGINT stops reading, delivers what is
     buffered (up to --shutdown-timeout-s) and exits 0.
-    `pulsar-bruce status` summarises a running daemon.
+    `pulsar-bruce status` summarises a running daemon; `pulsar-bruce spool`
+    lists, checks or empties a stopped one's spool directory.
     """
     config_path = config_path or os.environ.get("PULSAR_BRUCE_CONFIG")
     try:
@@ -195,6 +204,112 @@ def _fetch_status(url: str) -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         click.echo(f"pulsar-bruce: error: cannot read {url}: {exc}", err=True)
         sys.exit(1)
+
+
+@main.group()
+def spool() -> None:
+    """List, check or empty the --spool-dir of a daemon that is not running."""
+
+
+def _inspect(directory: str) -> SpoolReport:
+    try:
+        return inspect_spool(Path(directory))
+    except NotASpoolDirectory as exc:
+        click.echo(f"pulsar-bruce: error: {exc}", err=True)
+        sys.exit(2)
+    except OSError as exc:
+        click.echo(f"pulsar-bruce: error: {directory}: {exc.strerror or exc}", err=True)
+        sys.exit(1)
+
+
+@spool.command("list")
+@click.argument("directory", metavar="DIR")
+def spool_list(directory: str) -> None:
+    """One line per segment (bytes, records, messages from its read offset), then a total."""
+    report = _inspect(directory)
+    width = max((len(segment.name) for segment in report.segments), default=0)
+    for segment in report.segments:
+        line = (
+            f"{segment.name:<{width}}  {segment.size:>10} bytes  {segment.records:>7} records"
+            f"  {segment.messages:>8} messages"
+        )
+        if segment.offset:
+            line += f"  (read up to byte {segment.offset})"
+        if segment.damaged:
+            line += "  DAMAGED (see spool check)"
+        click.echo(line)
+    for name in report.unknown:
+        kind = "directory" if name.endswith("/") else "file"
+        click.echo(f"{name}: unknown {kind}, not part of the spool (left alone)")
+    click.echo(
+        f"total: {_count(len(report.segments), 'segment')}, {report.size} bytes, "
+        f"{_count(report.records, 'record')}, {_count(report.messages, 'message')}"
+    )
+
+
+@spool.command("check")
+@click.argument("directory", metavar="DIR")
+def spool_check(directory: str) -> None:
+    """Read every segment as the replay would; exit 0 if all is intact, 1 if not."""
+    report = _inspect(directory)
+    if report.cursor_error:
+        click.echo(f"cursor: unreadable ({report.cursor_error}): every segment would be "
+                   "replayed from its start (possible duplicates)")  # fmt: skip
+    for segment in report.damaged:
+        click.echo(f"{segment.name}: {'; '.join(segment.problems())}")
+    for name in report.cursor_gone:
+        click.echo(f"note: the cursor names {name}, which is gone (read and deleted "
+                   "before a crash; or removed or renamed, and what it held is lost)")  # fmt: skip
+    for name in report.unknown:
+        click.echo(f"note: {name} is not part of the spool (left alone)")
+    summary = (
+        f"{_count(len(report.segments), 'segment')}, {_count(report.records, 'record')}, "
+        f"{_count(report.messages, 'message')} intact"
+    )
+    if report.intact:
+        click.echo(f"checked {summary}: no damage")
+        return
+    click.echo(
+        f"checked {summary}: {_count(len(report.damaged), 'damaged segment')}, "
+        f"{_count(report.corrupt, 'corrupt record')}, "
+        f"{_count(report.lost_messages, 'message')} known lost"
+        + ("; the cursor is unreadable" if report.cursor_error else "")
+    )
+    sys.exit(1)
+
+
+@spool.command("empty")
+@click.argument("directory", metavar="DIR")
+@click.option("--yes", is_flag=True, help="really delete the segments and the cursor")
+def spool_empty(directory: str, yes: bool) -> None:
+    """Delete the segments and the cursor (never other files); needs --yes."""
+    report = _inspect(directory)
+    pid = daemon_using(Path(directory))
+    if pid:
+        click.echo(f"pulsar-bruce: error: {directory} is in use by a running pulsar-bruce "
+                   f"(pid {pid}); stop it first", err=True)  # fmt: skip
+        sys.exit(1)
+    messages = _count(report.messages, "message")
+    if report.corrupt and not report.lost_messages:
+        messages = "at least " + messages
+    elif report.lost_messages:
+        messages += f" (and {report.lost_messages} in corrupt records)"
+    segments = _count(len(report.segments), "segment")
+    if not yes:
+        click.echo(f"pulsar-bruce: would delete {messages} in {segments} of {directory}; "
+                   "pass --yes to delete them", err=True)  # fmt: skip
+        sys.exit(1)
+    try:
+        deleted = empty_spool(report)
+    except OSError as exc:
+        click.echo(f"pulsar-bruce: error: {exc}", err=True)
+        sys.exit(1)
+    left = f"; left alone: {', '.join(report.unknown)}" if report.unknown else ""
+    click.echo(f"deleted {messages} in {segments} ({_count(len(deleted), 'file')}){left}")
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def effective_config_toml(config: Config) -> str:

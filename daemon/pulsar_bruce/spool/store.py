@@ -36,9 +36,25 @@ from pulsar_bruce.spool import records
 
 log = logging.getLogger(__name__)
 
-_CURSOR = "cursor"
-_SUFFIX = ".spool"
-_OWN_FILES = (_CURSOR, _CURSOR + ".tmp")
+#: The names the store gives its files (``spool/inspect.py`` reads them too).
+CURSOR = "cursor"
+SEGMENT_SUFFIX = ".spool"
+OWN_FILES = (CURSOR, CURSOR + ".tmp")
+
+
+def is_segment_name(name: str) -> bool:
+    """``seg-*.spool``: a name the store reads as a segment (when it is a regular file)."""
+    return name.startswith("seg-") and name.endswith(SEGMENT_SUFFIX)
+
+
+def parse_cursor(text: str) -> list[tuple[str, int]]:
+    """The cursor file's ``<segment> <offset>`` lines, in order; offset 0 where a line
+    has no positive offset (such a segment is read from its start)."""
+    out = []
+    for line in text.splitlines():
+        name, _, offset = line.partition(" ")
+        out.append((name, int(offset) if offset.strip().isdigit() else 0))
+    return out
 
 
 class SpoolStore:
@@ -89,7 +105,7 @@ class SpoolStore:
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         segments = self._segments()
         sizes = {name: (self.directory / name).stat().st_size for name in segments}
-        cursor = self.directory / _CURSOR
+        cursor = self.directory / CURSOR
         try:
             text = cursor.read_text() if cursor.exists() else ""
         except (OSError, UnicodeDecodeError) as exc:
@@ -98,22 +114,21 @@ class SpoolStore:
             text = ""
             self.suspect.update(segments)
         named: list[str] = []
-        for line in text.splitlines():
-            name, _, offset = line.partition(" ")
+        for name, offset in parse_cursor(text):
             named.append(name)
-            if not offset.strip().isdigit() or int(offset) <= 0:
+            if offset <= 0:
                 continue
             if name not in sizes:
                 log.warning("spool %s: the cursor names %s, which is gone (read and deleted "
                             "before a crash, or removed or renamed: then what it held is "
                             "lost)", self.directory, name)  # fmt: skip
-            elif int(offset) > sizes[name]:
+            elif offset > sizes[name]:
                 log.error("spool %s: segment %s is shorter (%d bytes) than its read offset "
-                          "%s: replaying it from its start (possible duplicates)",
-                          self.directory, name, sizes[name], offset.strip())  # fmt: skip
+                          "%d: replaying it from its start (possible duplicates)",
+                          self.directory, name, sizes[name], offset)  # fmt: skip
                 self.suspect.add(name)
             else:
-                self._offsets[name] = int(offset)
+                self._offsets[name] = offset
         self.size_bytes = sum(sizes.values()) - sum(self._offsets.values())
         # A name the cursor file still mentions (a crash between deleting a read segment
         # and saving the cursor) is never given to a new segment.
@@ -133,9 +148,9 @@ class SpoolStore:
         with os.scandir(self.directory) as entries:
             for entry in entries:
                 name = entry.name
-                if name.startswith("seg-") and name.endswith(_SUFFIX) and entry.is_file():
+                if is_segment_name(name) and entry.is_file():
                     names.append(name)
-                elif name not in _OWN_FILES and name not in self._unknown_logged:
+                elif name not in OWN_FILES and name not in self._unknown_logged:
                     self._unknown_logged.add(name)
                     log.warning("spool %s: %s is not a spool segment; left alone",
                                 self.directory, name)  # fmt: skip
@@ -180,7 +195,7 @@ class SpoolStore:
 
     def _open_new_tail(self) -> None:
         self._close_tail()
-        self._tail_name = f"seg-{self._next_number:012d}{_SUFFIX}"
+        self._tail_name = f"seg-{self._next_number:012d}{SEGMENT_SUFFIX}"
         self._next_number += 1
         self._tail = (self.directory / self._tail_name).open("ab", buffering=0)
         self._tail_size = 0
@@ -211,8 +226,8 @@ class SpoolStore:
         if not front:
             return
         segments = self._segments()
-        head = segments[0] if segments else f"seg-{self._next_number:012d}{_SUFFIX}"
-        name = head.removesuffix(_SUFFIX) + ".0front" + _SUFFIX
+        head = segments[0] if segments else f"seg-{self._next_number:012d}{SEGMENT_SUFFIX}"
+        name = head.removesuffix(SEGMENT_SUFFIX) + ".0front" + SEGMENT_SUFFIX
         path = self.directory / name
         # The head's offset is on disk before the front is, and no stale line can name it.
         self._save_cursor(durable=self.fsync is not FsyncPolicy.NEVER)
@@ -363,13 +378,13 @@ class SpoolStore:
         text = self._cursor_text()
         if text == self._saved_cursor and not durable:
             return
-        temporary = self.directory / (_CURSOR + ".tmp")
+        temporary = self.directory / (CURSOR + ".tmp")
         with temporary.open("w") as handle:
             handle.write(text)
             if durable:
                 handle.flush()
                 os.fsync(handle.fileno())
-        temporary.replace(self.directory / _CURSOR)
+        temporary.replace(self.directory / CURSOR)
         if durable:
             directory = os.open(self.directory, os.O_RDONLY)
             try:
