@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pulsar_bruce.spool import records
-from pulsar_bruce.spool.store import CURSOR, OWN_FILES, is_segment_name, parse_cursor
+from pulsar_bruce.spool.layout import CURSOR, OWN_FILES, is_segment_name, parse_cursor
 
 #: Bytes read at a time (a larger record is read whole, as the replay does).
 CHUNK = 1024 * 1024

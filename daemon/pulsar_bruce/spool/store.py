@@ -33,29 +33,21 @@ from pathlib import Path
 
 from pulsar_bruce.model.vocabulary import FsyncPolicy
 from pulsar_bruce.spool import records
+from pulsar_bruce.spool.layout import (
+    CURSOR,
+    OWN_FILES,
+    SEGMENT_SUFFIX,
+    is_segment_name,
+    parse_cursor,
+)
+from pulsar_bruce.spool.layout import (
+    number as _number,
+)
+from pulsar_bruce.spool.layout import (
+    size as _size,
+)
 
 log = logging.getLogger(__name__)
-
-#: The names the store gives its files (``spool/inspect.py`` reads them too).
-CURSOR = "cursor"
-SEGMENT_SUFFIX = ".spool"
-OWN_FILES = (CURSOR, CURSOR + ".tmp")
-
-
-def is_segment_name(name: str) -> bool:
-    """``seg-*.spool``: a name the store reads as a segment (when it is a regular file)."""
-    return name.startswith("seg-") and name.endswith(SEGMENT_SUFFIX)
-
-
-def parse_cursor(text: str) -> list[tuple[str, int]]:
-    """The cursor file's ``<segment> <offset>`` lines, in order; offset 0 where a line
-    has no positive offset (such a segment is read from its start)."""
-    out = []
-    for line in text.splitlines():
-        name, _, offset = line.partition(" ")
-        out.append((name, int(offset) if offset.strip().isdigit() else 0))
-    return out
-
 
 class SpoolStore:
     """Bounded, ordered, on-disk overflow queue of spool records."""
@@ -399,15 +391,3 @@ class SpoolStore:
 
     def close(self) -> None:
         self._close_tail()
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def _number(name: str) -> int:
-    digits = name.removeprefix("seg-").split(".", 1)[0]
-    return int(digits) if digits.isdigit() else 0
