@@ -66,6 +66,7 @@ class RowSpec:
     keyed: bool
     stream: bool = False  # StreamSender on the stream socket, one flush at the end
     extras: bool = False  # also the official client with a callback, and the kernel ceiling
+    journal: bool = False  # into a daemon with --spool-dir: its write-ahead journal on
 
 
 @dataclass
@@ -454,6 +455,7 @@ def histogram_quantiles(base: Counters, end: Counters) -> dict[str, float]:
 def row_specs(n: int) -> list[RowSpec]:
     return [
         RowSpec("100 B", 100, n, 1, False, extras=True),
+        RowSpec("100 B journal", 100, n, 1, False, journal=True),
         RowSpec("1 KB", 1000, max(100, n // 3), 1, False),
         RowSpec("10 KB", 10_000, max(100, n // 10), 1, False),
         RowSpec("100 B 4-part key", 100, n, 4, True),
@@ -515,7 +517,14 @@ def run_on(
     results["idle_rss_mb"] = memory_kib(daemon.pid)["VmRSS"] * 1024 / 1e6
     results["daemon_argv"] = " ".join(daemon.argv[1:])
     results["scrape_cpu_us"] = scrape_cost(daemon)
-    rows1 = bench.throughput_rows(broker, daemon, [s for s in specs if s.partitions == 1])
+    plain = [s for s in specs if s.partitions == 1 and not s.journal]
+    rows1 = bench.throughput_rows(broker, daemon, plain)
+    journal_args = [*DAEMON_ARGS, "--spool-dir", str(bench.workdir / f"{kind}-journal-state")]
+    journalled = Daemon(bench.workdir / f"{kind}-daemon-journal", broker.url, journal_args)
+    stack.callback(journalled.stop)
+    journal_specs = [s for s in specs if s.journal]
+    rows1 += bench.throughput_rows(broker, journalled, journal_specs)
+    journalled.stop()
     rows = rows1 + rows4
     results["rows"] = [row_json(r) for r in rows]
 

@@ -126,7 +126,7 @@ def main(
         ctx.obj = config
         return
     if check_config:
-        from pulsar_bruce.server import connection_security
+        from pulsar_bruce.service.security_setup import connection_security
 
         try:  # the TLS and token files must be usable too
             connection_security(config)
@@ -241,6 +241,7 @@ def spool_list(directory: str) -> None:
     for name in report.unknown:
         kind = "directory" if name.endswith("/") else "file"
         click.echo(f"{name}: unknown {kind}, not part of the spool (left alone)")
+    _journal_line(report)
     click.echo(
         f"total: {_count(len(report.segments), 'segment')}, {report.size} bytes, "
         f"{_count(report.records, 'record')}, {_count(report.messages, 'message')}"
@@ -262,6 +263,7 @@ def spool_check(directory: str) -> None:
                    "before a crash; or removed or renamed, and what it held is lost)")  # fmt: skip
     for name in report.unknown:
         click.echo(f"note: {name} is not part of the spool (left alone)")
+    _journal_line(report)
     summary = (
         f"{_count(len(report.segments), 'segment')}, {_count(report.records, 'record')}, "
         f"{_count(report.messages, 'message')} intact"
@@ -278,6 +280,24 @@ def spool_check(directory: str) -> None:
     sys.exit(1)
 
 
+def _journal_line(report: SpoolReport) -> None:
+    """The write-ahead journal: what the next start replays (after a crash), and its damage."""
+    journal = report.journal
+    if not report.journal_bytes and not journal.damaged_records:
+        return
+    sent = sum(batch.count for batch in journal.batches if batch.sequence_id >= 0)
+    line = (
+        f"journal: {report.journal_bytes} bytes, {_count(journal.messages, 'message')} to "
+        f"replay at the next start ({sent} of them sent before: possible duplicates)"
+    )
+    if journal.damaged_records:
+        line += (
+            f"; DAMAGED: {_count(journal.damaged_records, 'corrupt record')}, "
+            f"{_count(journal.lost_messages, 'message')} known lost"
+        )
+    click.echo(line)
+
+
 @spool.command("empty")
 @click.argument("directory", metavar="DIR")
 @click.option("--yes", is_flag=True, help="really delete the segments and the cursor")
@@ -289,7 +309,7 @@ def spool_empty(directory: str, yes: bool) -> None:
         click.echo(f"pulsar-bruce: error: {directory} is in use by a running pulsar-bruce "
                    f"(pid {pid}); stop it first", err=True)  # fmt: skip
         sys.exit(1)
-    messages = _count(report.messages, "message")
+    messages = _count(report.messages + report.journal.messages, "message")
     if report.corrupt and not report.lost_messages:
         messages = "at least " + messages
     elif report.lost_messages:

@@ -23,9 +23,7 @@ from typing import Any
 
 from pulsar_bruce.config import TOPIC_OPTIONS, Config, ConfigError
 from pulsar_bruce.config.names import stable_producer_name
-from pulsar_bruce.connection.oauth2 import OAuth2Options
 from pulsar_bruce.connection.pool import ConnectionPool
-from pulsar_bruce.connection.security import ConnectionSecurity, SecuritySetupError
 from pulsar_bruce.input.socket_reader import DatagramReader, datagram_reader
 from pulsar_bruce.input.stream_server import StreamServer
 from pulsar_bruce.input.stream_session import RecordBudget
@@ -39,7 +37,9 @@ from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.outcomes import Evidence, Outcomes
 from pulsar_bruce.route.topic_manager import TopicManager
 from pulsar_bruce.route.topic_settings import TopicConfigurator
-from pulsar_bruce.service import shutdown, systemd
+from pulsar_bruce.service import descriptors, shutdown, systemd
+from pulsar_bruce.service.security_setup import connection_security
+from pulsar_bruce.spool.journal import Journal
 from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.spool.spooler import Spooler
 from pulsar_bruce.spool.store import SpoolStore
@@ -69,6 +69,11 @@ class Server:
             if config.spool_dir
             else None
         )
+        self.journal = (
+            Journal(config.spool_dir, config.spool_fsync)
+            if config.spool_dir and config.spool_journal
+            else None
+        )
         self.metrics = Metrics(
             self.ledger,
             lambda: self.topics.registry,
@@ -83,6 +88,7 @@ class Server:
             config.spool_after_s,
             refused=lambda reason, data: self.outcomes.refused(reason, data, sample=False),
         )
+        self.outcomes.journal = self.journal
         self.topic_settings = TopicConfigurator(config)
         self.topics = TopicManager(
             self.pool,
@@ -96,6 +102,7 @@ class Server:
             producer_name=stable_producer_name(config.producer_name_prefix, config.socket),
             metadata_refresh_s=config.metadata_refresh_s,
         )
+        self.topics.journal = self.journal
         self.intake = Intake(
             self.topics.registry,
             self.topics.appender,
@@ -111,6 +118,7 @@ class Server:
                 self.intake,
                 broker_reachable=lambda: bool(self.pool.connections),
                 after_replay=self.topics.flush_dirty,
+                journal=self.journal,
             )
             if self.store is not None
             else None
@@ -167,12 +175,16 @@ class Server:
             )
             await self.metrics_server.start()
         datagram_socket, stream_socket = self._open_input_sockets()
+        if self.journal is not None:  # what a crash left, before anything new
+            self.intake.replay_journal(self.journal.open())
+            self.journal.drop_previous()
         self.reader = datagram_reader(
             datagram_socket,
             self.intake.admit,
             self._after_drain,
             self.intake.max_message_bytes,
             self.intake.admit_datagrams,
+            journal_sync=self._journal_slab if self.journal is not None else None,
         )
         self.reader.start()
         stream_path = config.stream_socket_path
@@ -183,7 +195,7 @@ class Server:
                 self.intake,
                 self._after_drain,
                 group=config.socket_group,
-                max_connections=config.stream_max_connections,
+                max_connections=self._stream_connection_cap(),
                 budget=RecordBudget(
                     lambda: self.intake.max_message_bytes,
                     config.buffer_max_bytes,
@@ -256,6 +268,8 @@ class Server:
         shutdown.keep_or_discard_the_rest(
             self.topics.registry, self.ledger, self.outcomes, self.spooler, self._stop_now.is_set()
         )
+        if self.journal is not None:  # all of it is acked, spooled or discarded now
+            self.journal.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -308,6 +322,26 @@ class Server:
         """Once per socket drain: write what the spool holds, then the sealed batches."""
         self.policy.write_held()
         self.topics.flush_dirty()
+
+    def _stream_connection_cap(self) -> int:
+        """``--stream-max-connections``, lowered if the descriptor limit would not leave a
+        reserve for /metrics, broker connections and the spool (said in one line)."""
+        requested = self.config.stream_max_connections
+        limit = descriptors.raise_soft_limit()
+        cap = descriptors.stream_connection_cap(requested, limit, descriptors.in_use())
+        if cap < requested:
+            log.warning(
+                "stream socket: at most %d connections, not --stream-max-connections %d: the "
+                "file descriptor limit is %d and %d stay free for /metrics, broker connections "
+                "and the spool (raise LimitNOFILE= or ulimit -n)",
+                cap, requested, limit, descriptors.RESERVE,
+            )  # fmt: skip
+        return cap
+
+    def _journal_slab(self, peeked: int) -> None:
+        """After each slab: journal it, then take the ``peeked`` datagrams off the queue."""
+        assert self.journal is not None and self.reader is not None
+        self.journal.sync((self.reader.sock.fileno(), peeked) if peeked else None)
 
     def _open_input_sockets(self) -> tuple[socket.socket, socket.socket | None]:
         """The sockets systemd passed us (socket activation), else our own at --socket."""
@@ -367,34 +401,3 @@ def _discard_log(config: Config) -> Evidence | None:
     from pulsar_bruce.metrics.discard_log import DiscardLog  # optional, imported lazily
 
     return DiscardLog(config.discard_log, config.discard_log_max_bytes, config.discard_log_archives)
-
-
-def connection_security(config: Config) -> ConnectionSecurity:
-    """The TLS context and credentials the options ask for (a ConfigError if unusable)."""
-    try:
-        return ConnectionSecurity.build(
-            service_url=config.service_url,
-            ca_file=config.tls_ca_file,
-            cert_file=config.tls_cert_file,
-            key_file=config.tls_key_file,
-            verify_hostname=config.tls_verify_hostname,
-            token_file=config.auth_token_file,
-            token=config.auth_token,
-            oauth2=oauth2_options(config),
-            metrics_listen=config.metrics_listen,
-        )
-    except SecuritySetupError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def oauth2_options(config: Config) -> OAuth2Options | None:
-    """The ``--oauth2-*`` options, or None when no issuer is configured."""
-    if not config.oauth2_issuer_url or config.oauth2_credentials_file is None:
-        return None
-    return OAuth2Options(
-        config.oauth2_issuer_url,
-        config.oauth2_credentials_file,
-        audience=config.oauth2_audience,
-        scope=config.oauth2_scope,
-        ca_file=config.oauth2_ca_file,
-    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import uuid
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.consume import consume
-from tests.support.processes import ROOT, Broker
+from tests.support.processes import ROOT, Broker, Daemon, wait_for
 
 pytestmark = pytest.mark.broker
 
@@ -129,3 +130,26 @@ def test_invalid_environment_value_names_the_variable() -> None:
         del os.environ[env_name]
     assert result.returncode == 2
     assert env_name in result.stderr and "Traceback" not in result.stderr
+
+
+def test_stream_connections_leave_descriptors_for_metrics(tmp_path: Path, broker: Broker) -> None:
+    """Under a descriptor limit of 128 the stream cap is lowered (one line says so), and
+    with more connections than that attempted, /metrics and datagrams keep working."""
+    daemon = Daemon(tmp_path / "d", broker.url, [], wrapper=["prlimit", "--nofile=128:128"])
+    try:
+        wait_for(lambda: "stream socket: at most" in daemon.log(), 10, "the cap to be logged")
+        cap = int(daemon.log().split("stream socket: at most ", 1)[1].split()[0])
+        assert 1 <= cap <= 128 - 64
+        clients = []
+        for _ in range(cap + 40):
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.connect(str(daemon.stream_path))
+            clients.append(client)
+        wait_for(lambda: "refused" in daemon.log(), 10, "the refusals to be logged")
+        assert daemon.metrics()["pulsar_bruce_received_total"] == 0  # /metrics answers
+        daemon.send_raw(b"\x00")  # and the datagram socket reads (a malformed one, counted)
+        wait_for(lambda: daemon.counters().received == 1, 10, "the datagram")
+        for client in clients:
+            client.close()
+    finally:
+        daemon.kill()

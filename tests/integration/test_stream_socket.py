@@ -218,3 +218,52 @@ def test_shutdown_still_answers_a_pending_flush(start_daemon) -> None:
         assert daemon.process.wait(30) == 0
     finally:
         broker.stop()
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_records_still_arriving_keep_the_daemon_within_its_buffer(
+    broker: Broker, start_daemon
+) -> None:
+    """Four clients each declare a 12 MiB record and send most of it, slowly: the records
+    count against --buffer-max-bytes (16 MiB) while they arrive, so the daemon stops
+    reading the ones that do not fit instead of buffering 48 MiB, and a datagram
+    sender is still served meanwhile."""
+    daemon = start_daemon(
+        broker.url, "--buffer-max-bytes", "16MiB", "--max-message-bytes", "12MiB",
+    )  # fmt: skip
+    idle = _rss_mib(daemon.pid)
+    record_start = struct.pack(">i", 12 << 20) + b"v" * (11 << 20)  # 11 of its 12 MiB
+    sent = [0] * 4
+
+    def send(index: int) -> None:
+        client = RawStream(stream_path(daemon))
+        client.sock.settimeout(5)
+        view = memoryview(record_start)
+        try:
+            while sent[index] < len(view):
+                sent[index] += client.sock.send(view[sent[index] : sent[index] + 65536])
+        except OSError:
+            pass  # refused and closed (buffer_full), or no longer read: both are the point
+        finally:
+            client.sock.close()
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    peak = _rss_mib(daemon.pid)
+    assert peak < idle + 16 + 12, (idle, peak, sent)  # the buffer, plus one record's slack
+    assert sum(sent) < 4 * len(record_start)  # not everything was taken in
+    refused = daemon.counters().discarded["buffer_full"]
+    assert refused >= 1 and "buffer_full" in daemon.log()
+    topic = f"budget-{uuid.uuid4().hex[:8]}"
+    with daemon.sender() as sender:
+        sender.send(topic, b"still served")
+    wait_for(lambda: daemon.counters().acked >= 1, 30, "the datagram sender to be served")

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.consume import consume
-from tests.support.processes import ROOT, Broker, Daemon, free_port, wait_for
+from tests.support.processes import ROOT, Broker, Daemon, free_port, launch_activated, wait_for
 
 Message = dict[str, str]
 
@@ -173,31 +173,6 @@ def test_no_watchdog_pings_unless_asked(
 
 
 # -- socket activation -------------------------------------------------------------------------
-
-# What systemd does between fork and exec: the socket to fd 3, LISTEN_FDS and our own pid.
-_LAUNCHER = """\
-import os, sys
-fd = int(sys.argv[1])
-if fd != 3:
-    os.dup2(fd, 3)
-    os.close(fd)
-os.environ.update(LISTEN_FDS="1", LISTEN_PID=str(os.getpid()))
-os.execv(sys.executable, [sys.executable, "-m", "pulsar_bruce", *sys.argv[2:]])
-"""
-
-
-def launch_activated(
-    sock: socket.socket, workdir: Path, args: list[str], env: dict[str, str]
-) -> subprocess.Popen[bytes]:
-    with (workdir / "daemon.log").open("ab") as log:
-        return subprocess.Popen(
-            [sys.executable, "-c", _LAUNCHER, str(sock.fileno()), *args],
-            pass_fds=(sock.fileno(),),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            env=env,
-        )
 
 
 @pytest.mark.broker

@@ -109,6 +109,11 @@ def test_service_is_a_notify_service_started_with_the_example_config() -> None:
     assert "/etc/pulsar-bruce/pulsar-bruce.toml" in CONFIG.read_text()
     assert service["User"] == service["Group"] == "pulsar-bruce"
     assert service["RuntimeDirectoryPreserve"] == "yes"
+    # A crash is restarted on the held socket, and the journal in the state directory
+    # replays what the dead process had read: nothing it took in is lost.
+    assert service["Restart"] == "always"
+    assert load_config({}, {}, str(CONFIG)).spool_dir == "/var/lib/" + service["StateDirectory"]
+    assert service["StateDirectoryMode"] == "0700"
     assert service["CapabilityBoundingSet"] == ""
     assert set(service["RestrictAddressFamilies"].split()) == {"AF_UNIX", "AF_INET", "AF_INET6"}
     for option in ("ProtectSystem", "NoNewPrivileges", "PrivateTmp", "MemoryDenyWriteExecute"):

@@ -241,6 +241,7 @@ class Daemon:
         extra_args: list[str],
         source_roots: Sequence[Path] = SOURCE_ROOTS,
         cwd: Path | None = None,
+        wrapper: Sequence[str] = (),
     ):
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
@@ -252,6 +253,7 @@ class Daemon:
             chosen = extra_args[extra_args.index("--stream-socket") + 1]
             self.stream_path = None if chosen.strip().lower() in ("off", "") else chosen
         self.argv = [
+            *wrapper,  # e.g. prlimit: runs the daemon under other limits
             sys.executable,
             "-m",
             "pulsar_bruce",
@@ -347,3 +349,29 @@ class Daemon:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait(10)
+
+
+# What systemd does between fork and exec: the socket to fd 3, LISTEN_FDS and our own pid.
+_LAUNCHER = """\
+import os, sys
+fd = int(sys.argv[1])
+if fd != 3:
+    os.dup2(fd, 3)
+    os.close(fd)
+os.environ.update(LISTEN_FDS="1", LISTEN_PID=str(os.getpid()))
+os.execv(sys.executable, [sys.executable, "-m", "pulsar_bruce", *sys.argv[2:]])
+"""
+
+
+def launch_activated(
+    sock: socket.socket, workdir: Path, args: list[str], env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    with (workdir / "daemon.log").open("ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-c", _LAUNCHER, str(sock.fileno()), *args],
+            pass_fds=(sock.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+        )

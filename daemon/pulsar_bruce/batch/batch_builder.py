@@ -24,7 +24,7 @@ from pulsar_bruce.batch.entries import key_part
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import decode_frame_body
 from pulsar_bruce.frame.wire import varint
-from pulsar_bruce.model.batch import SealedBatch
+from pulsar_bruce.model.batch import JournalEntry, SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation, TagRun, add_tag, split_tags
 from pulsar_bruce.native import compiled
 
@@ -102,6 +102,17 @@ class _PyEntries:
         self.charged += charge
         return 4 + len(metadata) + payload_size
 
+    @property
+    def size(self) -> int:
+        """Bytes of entries so far."""
+        return len(self.buffer)
+
+    def tail(self, start: int) -> bytes:
+        """The entries from byte ``start`` on (what the write-ahead journal has not got yet)."""
+        if not 0 <= start <= len(self.buffer):
+            raise ValueError("tail start outside the entries")
+        return bytes(self.buffer[start:])
+
     def take(self) -> bytes:
         """The entries as bytes; the buffer, count and charge start again from zero."""
         payload = bytes(self.buffer)
@@ -122,17 +133,21 @@ class BatchBuilder(_Entries):
     """The open batch of one partition: its entries and confirmation tags (or, with
     key-based batching, one such batch per key in ``keys``)."""
 
-    __slots__ = ("tags",)
+    __slots__ = ("journal", "tags")
 
     def __init__(self) -> None:
         super().__init__()
         #: Run-length confirmation tags, allocated by the first stream message only.
         self.tags: list[TagRun] | None = None
+        #: What the write-ahead journal holds of this batch (None: nothing, or no journal).
+        self.journal: JournalEntry | None = None
 
     def seal(self) -> SealedBatch:
         """Close the batch and reset for the next one (compression happens at first send)."""
         count, charged, tags = self.count, self.charged, self.tags
         batch = SealedBatch(count=count, payload=self.take(), buffer_bytes=charged, tags=tags)
+        if self.journal is not None:  # the journal's record of it goes with its messages
+            batch.journal, self.journal = self.journal, None
         self.tags = None
         return batch
 
@@ -204,6 +219,8 @@ def split_batch(batch: SealedBatch) -> tuple[SealedBatch, SealedBatch]:
         tags=rest_tags,
     )
     first.created_at = rest.created_at = batch.created_at  # the send timeout still applies
+    if batch.journal is not None:  # journalled as new batches, which replace this one
+        first.replaces = rest.replaces = batch.journal.item
     if batch.sequence_id >= 0:  # ids kept from the spool stay with their messages
         first.sequence_id, rest.sequence_id = batch.sequence_id, batch.sequence_id + half
         first.producer_name = rest.producer_name = batch.producer_name

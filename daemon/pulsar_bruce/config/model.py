@@ -189,6 +189,11 @@ class Config(TopicSettings, _ProcessOptions):
     spool_fsync: FsyncPolicy = option(  # noqa: RUF009 - option() returns a field()
         "interval", parse_fsync_policy,
         "always (every record), interval (about once a second) or never", "POLICY")
+    spool_journal: bool = option(
+        True, parse_bool,
+        "with --spool-dir: journal what is read before it is acknowledged, so a crash of the "
+        "daemon loses none of it (replayed at the next start)", "",
+        "--spool-journal/--no-spool-journal")
     spool_after_s: float = option(
         10.0, parse_non_negative_number,
         "with a spool: no broker reachable this long sends new messages to disk", "SECONDS")

@@ -28,6 +28,10 @@ log = logging.getLogger("pulsar_bruce.input")
 
 #: Datagrams handled per wake-up before yielding to timers and receipts.
 _MAX_PER_WAKEUP = 20_000
+#: Datagrams per journal sync for the Python reader (the compiled one's slab: 64).
+SLAB = 64
+#: ``SO_PEEK_OFF`` (Linux; missing from Python's ``socket`` before 3.12 on some builds).
+SO_PEEK_OFF = getattr(socket, "SO_PEEK_OFF", 42)
 #: The length of a new UNIX datagram socket's kernel queue (Linux).
 QLEN_PATH = "/proc/sys/net/unix/max_dgram_qlen"
 #: A kernel queue this deep gets the receive thread, which naps (``NAP_US``, twice at
@@ -73,10 +77,21 @@ class DatagramReader:
         handle: Callable[[bytes], object],
         after_drain: Callable[[], None],
         max_datagram_bytes: int,
+        *,
+        reads_on_loop: bool = False,
     ):
+        #: Read on the loop whatever the queue's length (a journal must see a slab before the
+        #: next is read: slabs waiting on a receive thread would die with the process).
+        self.reads_on_loop = reads_on_loop
         self.sock = sock
         self._handle = handle
         self._after_drain = after_drain
+        #: With a write-ahead journal: called after each slab read on the loop (every
+        #: ``SLAB`` datagrams for the Python reader) with how many it peeked (0: read), for
+        #: the journal to write, then take the peeked ones off the queue.
+        self.after_slab: Callable[[int], None] | None = None
+        #: Reads leave the datagrams queued (MSG_PEEK, SO_PEEK_OFF) until ``after_slab``.
+        self.peek = False
         # One byte more than the limit, so an oversized datagram is seen as such, not
         # truncated.  Anonymous mmap: pages cost memory only once a datagram that large
         # has been written into them (a zero-filled bytearray would cost it all up front).
@@ -125,15 +140,37 @@ class DatagramReader:
         recv_into = self.sock.recv_into
         view = self._view
         handle = self._handle
-        count = 0
+        after_slab = self.after_slab
+        flags = socket.MSG_PEEK if self.peek else 0
+        count = unsettled = 0
         try:
             while count < limit:
-                size = recv_into(view)
+                size = recv_into(view, 0, flags)
                 handle(view[:size].tobytes())
                 count += 1
+                unsettled += 1
+                if after_slab is not None and unsettled == SLAB:
+                    after_slab(unsettled if flags else 0)
+                    unsettled = 0
         except (BlockingIOError, InterruptedError):
             pass
+        if after_slab is not None and unsettled:
+            after_slab(unsettled if flags else 0)
         return count
+
+    def start_peeking(self) -> bool:
+        """Leave what is read queued until the journal has it (False: the kernel cannot)."""
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, SO_PEEK_OFF, 0)  # a crashed run's is reset
+        except OSError as error:
+            log.warning(
+                "journal: the socket cannot peek (%s): a crash may lose the datagrams being "
+                "read at that moment",
+                error,
+            )
+            return False
+        self.peek = True
+        return True
 
 
 class ThreadedDatagramReader(DatagramReader):
@@ -158,7 +195,10 @@ class ThreadedDatagramReader(DatagramReader):
         assert compiled is not None
         self.admit_run = self._admit_each
         qlen = kernel_queue_length()
-        self.threaded = receive_on_thread(qlen, os.environ.get(RECEIVE_ENV))
+        forced = os.environ.get(RECEIVE_ENV)
+        self.threaded = receive_on_thread(qlen, forced) and not (
+            self.reads_on_loop and forced != "thread"
+        )
         self._receiver = compiled.Receiver(
             self.sock.fileno(), max_datagram_bytes, nap_us=receive_nap_us(qlen)
         )
@@ -211,6 +251,8 @@ class ThreadedDatagramReader(DatagramReader):
         are handled."""
         read_now = self._receiver.read_now
         admit_run = self.admit_run
+        after_slab = self.after_slab
+        peek = self.peek
         count = 0
         while count < limit:
             datagrams = read_now(limit - count)
@@ -218,7 +260,15 @@ class ThreadedDatagramReader(DatagramReader):
                 break
             admit_run(datagrams)
             count += len(datagrams)
+            if after_slab is not None:
+                after_slab(len(datagrams) if peek else 0)
         return count
+
+    def start_peeking(self) -> bool:
+        if not super().start_peeking():
+            return False
+        self._receiver.peek = True
+        return True
 
 
 def datagram_reader(
@@ -227,23 +277,34 @@ def datagram_reader(
     after_drain: Callable[[], None],
     max_datagram_bytes: int,
     admit_run: Callable[[list[bytes]], object] | None = None,
+    *,
+    journal_sync: Callable[[int], None] | None = None,
 ) -> DatagramReader:
     """The compiled intake's threaded reader where it is built, else the Python one.
 
     Called once at startup, so it also says which intake runs (a warning when the
     extension was not built: the daemon works, at a higher CPU cost per message).
+    ``journal_sync``: the write-ahead journal's, called after every slab, which is then
+    read on the event loop, peeked, and taken off the queue once it is journalled.
     """
+    reader: DatagramReader
     if compiled is None:
         level = logging.INFO if INTAKE_ENV in INTAKE_DESCRIPTION else logging.WARNING
         log.log(level, "intake: %s", INTAKE_DESCRIPTION)
+        reader = DatagramReader(sock, handle, after_drain, max_datagram_bytes)
     else:
         try:
-            reader = ThreadedDatagramReader(sock, handle, after_drain, max_datagram_bytes)
+            reader = threaded = ThreadedDatagramReader(
+                sock, handle, after_drain, max_datagram_bytes, reads_on_loop=bool(journal_sync)
+            )
             if admit_run is not None:
-                reader.admit_run = admit_run
-            where = "on its own thread" if reader.threaded else "on the event loop"
+                threaded.admit_run = admit_run
+            where = "on its own thread" if threaded.threaded else "on the event loop"
             log.info("intake: compiled (recvmmsg %s)", where)
-            return reader
         except OSError as error:  # no address space for the slabs (strict overcommit)
             log.warning("receive thread unavailable (%s): reading on the event loop", error)
-    return DatagramReader(sock, handle, after_drain, max_datagram_bytes)
+            reader = DatagramReader(sock, handle, after_drain, max_datagram_bytes)
+    reader.after_slab = journal_sync
+    if journal_sync is not None:
+        reader.start_peeking()
+    return reader

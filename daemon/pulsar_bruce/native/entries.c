@@ -153,6 +153,18 @@ static PyObject *entries_get_buffer(Entries *self, void *closure) {
     return PyBytes_FromStringAndSize((const char *)self->data, self->size);
 }
 
+/* tail(start) -> the entries from byte start on (the write-ahead journal's new bytes). */
+static PyObject *entries_tail(Entries *self, PyObject *arg) {
+    Py_ssize_t start = PyLong_AsSsize_t(arg);
+    if (start == -1 && PyErr_Occurred()) return NULL;
+    if (start < 0 || start > self->size) {
+        PyErr_SetString(PyExc_ValueError, "tail start outside the entries");
+        return NULL;
+    }
+    return PyBytes_FromStringAndSize((const char *)self->data + start, self->size - start);
+}
+
+static PyObject *entries_get_size(Entries *self, void *c) { return PyLong_FromSsize_t(self->size); }
 static PyObject *entries_get_count(Entries *self, void *c) { return PyLong_FromLongLong(self->count); }
 static PyObject *entries_get_charged(Entries *self, void *c) { return PyLong_FromLongLong(self->charged); }
 
@@ -185,11 +197,13 @@ static PyMethodDef entries_methods[] = {
     {"append", (PyCFunction)(void (*)(void))entries_append, METH_FASTCALL,
      "append(key_field, timestamp, data, value_offset, charge) -> bytes the batch grew by"},
     {"take", (PyCFunction)entries_take, METH_NOARGS, "the entries as bytes; start again"},
+    {"tail", (PyCFunction)entries_tail, METH_O, "tail(start) -> the entries from byte start on"},
     {NULL},
 };
 
 static PyGetSetDef entries_getset[] = {
     {"buffer", (getter)entries_get_buffer, NULL, "a copy of the entries so far", NULL},
+    {"size", (getter)entries_get_size, NULL, "bytes of entries so far", NULL},
     {"count", (getter)entries_get_count, (setter)entries_set_count, "messages in the batch", NULL},
     {"charged", (getter)entries_get_charged, (setter)entries_set_charged,
      "memory charged for them", NULL},

@@ -75,6 +75,7 @@ Py_ssize_t pb_entries_add(Entries *self, const char *key_field, Py_ssize_t key_s
 Entries *pb_key_batch(Entries *root, PyObject *key_field, long long charge);
 
 PyObject *pb_stamp_sequence_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *pb_write_then_consume(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 extern PyTypeObject pb_AdmitterType;
 /* Interns the attribute names the admitter reads; 0, or -1 with an exception. */

@@ -15,6 +15,8 @@ static PyMethodDef module_methods[] = {
      "split_records(buffer, offset, max_record_bytes) -> the complete stream records"},
     {"stamp_sequence_ids", (PyCFunction)(void (*)(void))pb_stamp_sequence_ids, METH_FASTCALL,
      "stamp_sequence_ids(payload, first_id, count) -> the entries, each with its sequence id"},
+    {"write_then_consume", (PyCFunction)(void (*)(void))pb_write_then_consume, METH_FASTCALL,
+     "write_then_consume(journal_fd, data, sock_fd, count) -> (bytes written, errno)"},
     {NULL},
 };
 

@@ -51,6 +51,7 @@ typedef struct {
     int waiting;                      /* the thread waits for a free slab */
     int running, stopping, thread_errno;
     long nap_ns;                      /* 0: never nap */
+    int peek;                         /* read_now() peeks (SO_PEEK_OFF): the journal consumes */
     int exited;                       /* the thread ended by itself (error, hang-up) */
     unsigned long long calls, datagrams;
     pthread_t thread;
@@ -322,7 +323,8 @@ static PyObject *receiver_read_now(Receiver *self, PyObject *limit_object) {
     unsigned int lengths[PER_SLAB];
     receiver_headers(self, self->scratch, 0, (int)room, headers, vectors);
     int got;
-    do got = recvmmsg(self->sock_fd, headers, room, MSG_DONTWAIT, NULL);
+    int flags = MSG_DONTWAIT | (self->peek ? MSG_PEEK : 0);
+    do got = recvmmsg(self->sock_fd, headers, room, flags, NULL);
     while (got < 0 && errno == EINTR);
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) Py_RETURN_NONE;
     if (got < 0) return PyErr_SetFromErrno(PyExc_OSError);
@@ -394,7 +396,17 @@ static PyMethodDef receiver_methods[] = {
     {NULL},
 };
 
+static PyObject *receiver_get_peek(Receiver *self, void *c) { return PyBool_FromLong(self->peek); }
+static int receiver_set_peek(Receiver *self, PyObject *value, void *c) {
+    int truth = value ? PyObject_IsTrue(value) : -1;
+    if (truth < 0) return -1;
+    self->peek = truth;
+    return 0;
+}
+
 static PyGetSetDef receiver_getset[] = {
+    {"peek", (getter)receiver_get_peek, (setter)receiver_set_peek,
+     "read_now() leaves what it reads queued (MSG_PEEK; the socket has SO_PEEK_OFF)", NULL},
     {"wake_fd", (getter)receiver_get_wake_fd, NULL, "readable when a slab is ready", NULL},
     {"running", (getter)receiver_get_running, NULL, "the thread runs", NULL},
     {"error", (getter)receiver_get_error, NULL, "errno that ended the thread, or 0", NULL},

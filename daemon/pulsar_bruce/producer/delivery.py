@@ -8,7 +8,7 @@ it, so it never imports anything above itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from pulsar_bruce.model.batch import SealedBatch
 
@@ -28,6 +28,16 @@ class DeliveryListener(Protocol):
     def producer_name_conflict(self, broker_topic: str, name: str) -> None:
         """The broker refused our own producer ``name`` on ``broker_topic`` (``ProducerBusy``):
         another producer, most likely another daemon with the same prefix, holds it."""
+
+
+class SendJournal(Protocol):
+    """The write-ahead journal (``spool/journal.py``), as the driver sees it."""
+
+    def sync_producer(self, producer: Any) -> None:
+        """Journal what ``producer`` queued (before it is framed)."""
+
+    def sent(self, producer: Any, batches: list[SealedBatch]) -> None:
+        """Journal the sequence ids ``batches`` go under (before they are written)."""
 
 
 @dataclass(frozen=True, slots=True)

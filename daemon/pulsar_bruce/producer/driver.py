@@ -35,7 +35,7 @@ from pulsar_bruce.frame import commands
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.producer.answers import BrokerAnswers
 from pulsar_bruce.producer.backoff import Backoff
-from pulsar_bruce.producer.delivery import DeliveryListener, DeliveryPolicy
+from pulsar_bruce.producer.delivery import DeliveryListener, DeliveryPolicy, SendJournal
 from pulsar_bruce.producer.faults import (
     Refusal,
     count_failure,
@@ -57,10 +57,12 @@ class ProducerDriver(BrokerAnswers):
         pool: ConnectionPool,
         listener: DeliveryListener,
         delivery: DeliveryPolicy | None = None,
+        journal: SendJournal | None = None,
     ):
         self.producer = producer
         self.pool = pool
         self.listener = listener
+        self.journal = journal
         self.connection: BrokerConnection | None = None
         self._lost = asyncio.Event()
         self._linger: asyncio.TimerHandle | None = None
@@ -297,6 +299,9 @@ class ProducerDriver(BrokerAnswers):
         connection = self.connection
         if connection is None or not self.producer.has_unsent:
             return
+        journal = self.journal
+        if journal is not None:  # what was queued, before framing takes the entries
+            journal.sync_producer(self.producer)
         out = self.producer.frames_to_send(
             time.time_ns() // 1_000_000,
             connection.core.max_message_size,
@@ -315,6 +320,8 @@ class ProducerDriver(BrokerAnswers):
         for batch in out.batches:
             batch.sent_at = now
         self.listener.batches_sent(out.batches, out.resent_messages)
+        if journal is not None:
+            journal.sent(self.producer, out.batches)
         connection.writelines(out.frames)
         if self._receipt_check is None and self.producer.in_flight:
             self._receipt_check = self._loop.call_later(

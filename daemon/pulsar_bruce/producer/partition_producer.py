@@ -104,6 +104,7 @@ class PartitionProducer:
         "producer_id",
         "ready",
         "topic",
+        "unjournalled",
     )
 
     def __init__(self, topic: str, partition: int, producer_id: int, policy: BatchPolicy):
@@ -131,6 +132,8 @@ class PartitionProducer:
         self.compress_skips_left = 0
         #: How many the next batch that does not shrink makes us skip (doubling to a bound).
         self.compress_skips = 1
+        #: With a write-ahead journal: batches queued since it last looked (None: no journal).
+        self.unjournalled: list[SealedBatch] | None = None
 
     # -- batching -------------------------------------------------------------
 
@@ -139,7 +142,12 @@ class PartitionProducer:
         sending; returns the last batch queued."""
         if self.batch.count == 0:
             return None
-        return self.batch.seal_into(self.pending)
+        pending = self.pending
+        queued = len(pending)
+        last = self.batch.seal_into(pending)
+        if self.unjournalled is not None:
+            self.unjournalled.extend(pending[index] for index in range(queued, len(pending)))
+        return last
 
     @property
     def has_unsent(self) -> bool:

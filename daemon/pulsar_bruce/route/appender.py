@@ -64,6 +64,8 @@ class Appender:
         """A batch back from the spool goes to its partition (or any, if that is gone)."""
         producers = topic.producers
         producer = producers[partition] if 0 <= partition < len(producers) else topic.choose_any()
+        if producer.unjournalled is not None:
+            producer.unjournalled.append(batch)
         if batch.sequence_id >= 0:
             keep_sequence_ids(producer, batch)
         else:

@@ -20,6 +20,7 @@ never per message.
 
 from __future__ import annotations
 
+import logging
 from typing import Protocol
 
 from pulsar_bruce import reasons
@@ -33,8 +34,11 @@ from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.outcomes import Outcomes
 from pulsar_bruce.route.router import Topic, WaitingMessage
 from pulsar_bruce.route.topics import TopicRegistry
+from pulsar_bruce.spool.journal_records import Recovered
 from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.spool.records import SpooledBatch
+
+log = logging.getLogger(__name__)
 
 
 class Admit(Protocol):
@@ -210,6 +214,25 @@ class Intake:
             return
         producer = topic.choose_any() if partition_key < 0 else topic.choose_keyed(partition_key)
         self._append(producer, key_field, timestamp, data, value_offset, charge, None)
+
+    def replay_journal(self, recovered: Recovered) -> None:
+        """What a crashed run's journal still owed: received (again) now, in its order."""
+        for batch in recovered.batches:
+            self.replay_batch(batch)
+        for datagram in recovered.datagrams:
+            self.replay_datagram(datagram, previous_run=True)
+        if recovered.lost_messages:
+            self.ledger.lost_in_spool(0, recovered.lost_messages)
+        if recovered.messages or recovered.lost_messages:
+            sent = sum(batch.count for batch in recovered.batches if batch.sequence_id >= 0)
+            log.warning(
+                "journal: %d messages read but not acknowledged before the last stop are "
+                "sent again (%d of them had been sent: possible duplicates, which broker "
+                "deduplication drops); %d lost to damage",
+                recovered.messages,
+                sent,
+                recovered.lost_messages,
+            )
 
     def replay_batch(self, spooled: SpooledBatch) -> None:
         """A batch an earlier run wrote to the spool at shutdown: received (again) now."""

@@ -18,6 +18,7 @@ from pulsar_bruce.model.confirmation import settle_tags
 from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.route.router import Topic
 from pulsar_bruce.spool import records as spool_records
+from pulsar_bruce.spool.journal import Journal
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ class Outcomes:
         self.recent_rejects: deque[tuple[str, bytes]] = deque(maxlen=REJECT_SAMPLES)
         #: Broker topics whose producer name conflict has been logged (once each).
         self.name_conflicts_logged: set[str] = set()
+        #: The write-ahead journal, told of every batch settled (None: no journal).
+        self.journal: Journal | None = None
 
     def for_topic(self, topic: Topic) -> TopicDelivery:
         return TopicDelivery(self, topic)
@@ -75,9 +78,13 @@ class Outcomes:
         if batch.tags:
             settle_tags(batch.tags, None)
         self.ledger.ack(topic.stats, batch.count, batch.buffer_bytes)
+        if self.journal is not None:
+            self.journal.settled(batch)
 
     def discarded(self, topic: Topic, batch: SealedBatch, reason: str) -> None:
         self.ledger.discard(reason, batch.count, batch.buffer_bytes, topic.stats)
+        if self.journal is not None:
+            self.journal.settled(batch)
         if batch.tags:
             settle_tags(batch.tags, reason)
         self.batch_evidence(reason, topic, batch)

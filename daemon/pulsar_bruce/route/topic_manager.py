@@ -33,6 +33,7 @@ from pulsar_bruce.route.rate_limit import RateLimiter
 from pulsar_bruce.route.router import Topic
 from pulsar_bruce.route.topic_settings import TopicConfigurator
 from pulsar_bruce.route.topics import TopicRegistry
+from pulsar_bruce.spool.journal import Journal
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ class TopicManager:
         #: The parts the intake shares; they report back to this manager.
         self.appender = Appender(self)
         self.registry = TopicRegistry(self.topic_added)
+        #: The write-ahead journal, with a spool directory (set before the first topic).
+        self.journal: Journal | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -99,6 +102,8 @@ class TopicManager:
     # -- events from the registry and the appender ------------------------------------------
 
     def topic_added(self, topic: Topic) -> None:
+        if self.journal is not None:
+            self.journal.topic_added(topic)
         self.apply_settings(topic)
         self._spawn(self._resolve_partitions(topic))
 
@@ -110,12 +115,18 @@ class TopicManager:
 
     def batch_opened(self, producer: PartitionProducer) -> None:
         self.drivers[producer.producer_id].arm_linger()
+        if self.journal is not None:
+            self.journal.touched(producer)
 
     def batch_sealed(self, producer: PartitionProducer) -> None:
         self._dirty.add(self.drivers[producer.producer_id])
+        if self.journal is not None:
+            self.journal.touched(producer)
 
     def flush_dirty(self) -> None:
-        """After a socket drain: write the batches that filled up during it."""
+        """After a socket drain: journal what it read, write the batches that filled up."""
+        if self.journal is not None:
+            self.journal.sync()
         if self._dirty:
             for driver in self._dirty:
                 driver.flush()
@@ -180,8 +191,10 @@ class TopicManager:
             producer = PartitionProducer(name, index, next(self._producer_ids), policy)
             if self.producer_name:
                 producer.name, producer.name_is_ours = self.producer_name, True
+            if self.journal is not None:
+                self.journal.producer_added(producer, topic.name, index)
             self.drivers[producer.producer_id] = ProducerDriver(
-                producer, self.pool, listener, self.delivery
+                producer, self.pool, listener, self.delivery, self.journal
             )
             self._by_broker_topic[name] = producer
             new.append(producer)

@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pulsar_bruce.spool import records
-from pulsar_bruce.spool.layout import CURSOR, OWN_FILES, is_segment_name, parse_cursor
+from pulsar_bruce.spool.journal_records import Recovered, recover
+from pulsar_bruce.spool.layout import (
+    CURSOR,
+    OWN_FILES,
+    is_journal_name,
+    is_segment_name,
+    parse_cursor,
+)
 
 #: Bytes read at a time (a larger record is read whole, as the replay does).
 CHUNK = 1024 * 1024
@@ -86,6 +93,9 @@ class SpoolReport:
     cursor_gone: list[str] = field(default_factory=list)
     #: Why the cursor could not be read (empty: it could, or there is none).
     cursor_error: str = ""
+    #: What the write-ahead journal's segments still owe (replayed at the next start).
+    journal: Recovered = field(default_factory=Recovered)
+    journal_bytes: int = 0
 
     @property
     def damaged(self) -> list[Segment]:
@@ -93,7 +103,7 @@ class SpoolReport:
 
     @property
     def intact(self) -> bool:
-        return not self.damaged and not self.cursor_error
+        return not self.damaged and not self.cursor_error and not self.journal.damaged_records
 
     @property
     def size(self) -> int:
@@ -132,7 +142,9 @@ def inspect_spool(directory: Path) -> SpoolReport:
         for entry in sorted(entries, key=lambda e: e.name):
             if is_segment_name(entry.name) and entry.is_file(follow_symlinks=False):
                 sizes[entry.name] = entry.stat(follow_symlinks=False).st_size
-            elif entry.name in OWN_FILES and entry.is_file(follow_symlinks=False):
+            elif (
+                entry.name in OWN_FILES or is_journal_name(entry.name)
+            ) and entry.is_file(follow_symlinks=False):
                 report.own_files.append(entry.name)
             else:
                 slash = "/" if entry.is_dir(follow_symlinks=False) else ""
@@ -158,6 +170,15 @@ def inspect_spool(directory: Path) -> SpoolReport:
         report.segments.append(
             _read_segment(directory / name, size, offsets.get(name, 0), past_end.get(name))
         )
+    journal = [directory / name for name in report.own_files if is_journal_name(name)]
+    contents = []
+    for path in journal:
+        try:
+            contents.append(path.read_bytes())
+        except OSError as exc:
+            report.unknown.append(f"{path.name} (unreadable: {exc.strerror or exc})")
+    report.journal = recover(contents)
+    report.journal_bytes = sum(len(data) for data in contents)
     return report
 
 

@@ -13,6 +13,19 @@ from pathlib import Path
 CURSOR = "cursor"
 SEGMENT_SUFFIX = ".spool"
 OWN_FILES = (CURSOR, CURSOR + ".tmp")
+#: The write-ahead journal's segments: ``journal-<n>.log`` (see ``journal.py``).
+JOURNAL_PREFIX = "journal-"
+JOURNAL_SUFFIX = ".log"
+
+
+def is_journal_name(name: str) -> bool:
+    """``journal-<n>.log``: a segment of the write-ahead journal."""
+    middle = name.removeprefix(JOURNAL_PREFIX).removesuffix(JOURNAL_SUFFIX)
+    return name.startswith(JOURNAL_PREFIX) and name.endswith(JOURNAL_SUFFIX) and middle.isdigit()
+
+
+def journal_name(number: int) -> str:
+    return f"{JOURNAL_PREFIX}{number:010d}{JOURNAL_SUFFIX}"
 
 
 def is_segment_name(name: str) -> bool:

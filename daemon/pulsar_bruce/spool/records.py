@@ -19,7 +19,7 @@ enabled can drop it if it had stored it).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -99,13 +99,20 @@ class ScanResult:
     lost_messages: int = 0
 
 
-def scan(data: bytes, final: bool) -> ScanResult:
+def scan(
+    data: bytes,
+    final: bool,
+    kinds: tuple[int, ...] = KINDS,
+    count: Callable[[bytes, int], int] | None = None,
+) -> ScanResult:
     """Read the records in ``data``.
 
     ``final``: ``data`` runs to the end of the file, so an incomplete record
     at the end is a torn tail (counted as corrupt and consumed) rather than a
-    record still being written.
+    record still being written.  ``kinds`` and ``count`` (what a damaged
+    record held, :func:`messages_in` by default) let the journal share the format.
     """
+    messages_in_damaged = messages_in if count is None else count
     records: list[tuple[int, bytes]] = []
     corrupt = 0
     lost = 0
@@ -126,14 +133,14 @@ def scan(data: bytes, final: bool) -> ScanResult:
         if body_end > end:
             if final:
                 corrupt += 1
-                lost += messages_in(data[offset + HEADER_SIZE : body_end], length)
+                lost += messages_in_damaged(data[offset + HEADER_SIZE : body_end], length)
                 offset = _resync(data, offset + 1)
                 continue
             break
         payload = data[offset + HEADER_SIZE : body_end]
-        if crc32c.crc32c(payload) != checksum or payload[0] not in KINDS:
+        if crc32c.crc32c(payload) != checksum or payload[0] not in kinds:
             corrupt += 1
-            lost += messages_in(payload, length)
+            lost += messages_in_damaged(payload, length)
             offset = _resync(data, offset + 1)
             continue
         records.append((payload[0], payload[1:]))

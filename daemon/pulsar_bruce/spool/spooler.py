@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from pulsar_bruce.spool import records
+from pulsar_bruce.spool.journal import Journal
 from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.spool.records import SpooledBatch
 from pulsar_bruce.spool.store import SpoolStore
@@ -54,12 +55,14 @@ class Spooler:
         *,
         broker_reachable: Callable[[], bool],
         after_replay: Callable[[], None],
+        journal: Journal | None = None,
     ):
         self.store = store
         self.policy = policy
         self.replayer = replayer
         self._broker_reachable = broker_reachable
         self._after_replay = after_replay
+        self.journal = journal
         self._previous_run_segments: set[str] = set()
         self._stopping = False
 
@@ -83,8 +86,11 @@ class Spooler:
             now = time.monotonic()
             try:
                 self.tick(now)
-                if self.store.fsync == "interval" and now - last_sync >= _SYNC_EVERY_S:
-                    self.store.sync()
+                if now - last_sync >= _SYNC_EVERY_S:
+                    if self.store.fsync == "interval":
+                        self.store.sync()
+                    if self.journal is not None:
+                        self.journal.tick()
                     last_sync = now
             except OSError as exc:
                 delay = min(delay * 2, _RETRY_MAX_S)
@@ -105,6 +111,7 @@ class Spooler:
             return
         store = self.store
         ledger = policy.ledger
+        flushed = False
         try:
             for kind, body, segment in store.read(min(room, _REPLAY_CHUNK_BYTES)):
                 if segment in store.suspect:  # replayed from its start: some may be resent
@@ -114,12 +121,15 @@ class Spooler:
                     self.replayer.replay_datagram(body, previous_run=previous_run)
                 else:
                     self.replayer.replay_batch(records.decode_batch(body, kind))
-            store.commit()  # admitted: only now may the segments they came from go
+            self._after_replay()  # journalled (and sent) ...
+            flushed = True
+            store.commit()  # ... admitted: only now may the segments they came from go
         finally:
             this_run, previous_run_lost = store.take_losses()
             if this_run or previous_run_lost:
                 ledger.lost_in_spool(this_run, previous_run_lost)
-            self._after_replay()
+            if not flushed:
+                self._after_replay()
 
     def stop_replaying(self) -> None:
         self._stopping = True

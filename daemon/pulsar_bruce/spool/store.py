@@ -37,6 +37,7 @@ from pulsar_bruce.spool.layout import (
     CURSOR,
     OWN_FILES,
     SEGMENT_SUFFIX,
+    is_journal_name,
     is_segment_name,
     parse_cursor,
 )
@@ -142,6 +143,8 @@ class SpoolStore:
                 name = entry.name
                 if is_segment_name(name) and entry.is_file():
                     names.append(name)
+                elif is_journal_name(name):
+                    continue  # the write-ahead journal's (journal.py)
                 elif name not in OWN_FILES and name not in self._unknown_logged:
                     self._unknown_logged.add(name)
                     log.warning("spool %s: %s is not a spool segment; left alone",
