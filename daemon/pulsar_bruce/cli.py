@@ -126,7 +126,7 @@ def main(
         ctx.obj = config
         return
     if check_config:
-        from pulsar_bruce.service.security_setup import connection_security
+        from pulsar_bruce.service.wiring import connection_security
 
         try:  # the TLS and token files must be usable too
             connection_security(config)

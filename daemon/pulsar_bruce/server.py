@@ -34,11 +34,11 @@ from pulsar_bruce.metrics.status import status_document
 from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.producer.delivery import DeliveryPolicy
 from pulsar_bruce.route.intake import Intake
-from pulsar_bruce.route.outcomes import Evidence, Outcomes
+from pulsar_bruce.route.outcomes import Outcomes
 from pulsar_bruce.route.topic_manager import TopicManager
 from pulsar_bruce.route.topic_settings import TopicConfigurator
 from pulsar_bruce.service import descriptors, shutdown, systemd
-from pulsar_bruce.service.security_setup import connection_security
+from pulsar_bruce.service.wiring import connection_security, discard_log_of
 from pulsar_bruce.spool.journal import Journal
 from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.spool.spooler import Spooler
@@ -80,7 +80,7 @@ class Server:
             lambda: len(self.pool.connections),
             self._spool_gauges,
         )
-        self.outcomes = Outcomes(self.ledger, _discard_log(config), self.metrics)
+        self.outcomes = Outcomes(self.ledger, discard_log_of(config), self.metrics)
         self.policy = SpoolPolicy(
             self.ledger,
             config.buffer_max_bytes,
@@ -394,10 +394,3 @@ class Server:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-
-def _discard_log(config: Config) -> Evidence | None:
-    if not config.discard_log:
-        return None
-    from pulsar_bruce.metrics.discard_log import DiscardLog  # optional, imported lazily
-
-    return DiscardLog(config.discard_log, config.discard_log_max_bytes, config.discard_log_archives)

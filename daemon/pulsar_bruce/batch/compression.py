@@ -80,3 +80,47 @@ def decompress(compression: int, data: bytes, uncompressed_size: int) -> bytes:
     if compression == pb.SNAPPY:
         return bytes(cramjam.snappy.decompress_raw(data))
     raise ValueError(f"unsupported compression {compression}")
+
+
+#: A compressed batch is sent only when it is at least 1/8 smaller than the raw one.
+MIN_SAVING_DIVISOR = 8
+#: At most this many batches in a row go uncompressed untried (one try in 65 costs ~1.5 %).
+MAX_COMPRESS_SKIPS = 64
+
+
+class CompressionTries:
+    """Whether a producer's next batch is worth compressing.
+
+    Compression is per message metadata on the wire, so a batch may go uncompressed on a
+    compressed topic (librdkafka sends a Kafka batch uncompressed when the codec grows it;
+    ZFS stores a block uncompressed unless it saves an eighth).  Payloads that do not
+    shrink (encrypted, already compressed, random) usually keep not shrinking: after such
+    a batch the next ``skips`` batches are sent without trying, and that number doubles up
+    to :data:`MAX_COMPRESS_SKIPS` while the tries keep failing; one that shrinks resets it.
+    """
+
+    __slots__ = ("skips", "skips_left")
+
+    def __init__(self) -> None:
+        #: Batches to send uncompressed without trying, after ones the codec did not shrink.
+        self.skips_left = 0
+        #: How many the next batch that does not shrink makes us skip (doubling to a bound).
+        self.skips = 1
+
+    def compress(
+        self, raw: bytes, compressor: Compressor | None, wire_type: int
+    ) -> tuple[bytes, int]:
+        """``raw`` compressed and ``wire_type``; ``raw`` itself and type NONE (0) when there
+        is no codec, when this batch is skipped, or when the codec saves under an eighth."""
+        if compressor is None:
+            return raw, 0
+        if self.skips_left:
+            self.skips_left -= 1
+            return raw, 0
+        compressed = compressor(raw)
+        if len(compressed) <= len(raw) - len(raw) // MIN_SAVING_DIVISOR:
+            self.skips = 1
+            return compressed, wire_type
+        self.skips_left = self.skips
+        self.skips = min(2 * self.skips, MAX_COMPRESS_SKIPS)
+        return raw, 0

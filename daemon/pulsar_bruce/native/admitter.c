@@ -1,4 +1,4 @@
-#include "intake.h"
+#include "admitter.h"
 
 /* ------------------------------------------------------------------ Admitter */
 
@@ -11,57 +11,14 @@
  * (route/router.py) and Appender.append (route/appender.py); the differential tests
  * run one workload through both and compare every batch, frame and discard. */
 
-static PyObject *S_max_message_bytes, *S_rate_budget, *S_key_hash, *S_buffered_bytes,
+/* The attribute names looked up (pb_admitter_names; declared in native/contract.py). */
+PyObject *S_max_message_bytes, *S_rate_budget, *S_key_hash, *S_buffered_bytes,
     *S_memory_limit, *S_producers, *S_round_robin, *S_batch, *S_ready, *S_max_batch_bytes,
     *S_tags, *S_policy, *S_max_messages, *S_key_based, *S_outstanding, *S_seal,
     *S_batch_sealed, *S_batch_opened, *S_tag_last, *S_tag, *S_count;
 
-/* Within one admit() or admit_records() call, Python code runs only at the call-outs
- * (admit_py, a batch sealed or opened, a tag run, a key hasher or encoder), and each is
- * preceded by settle(); between them the limits the Python objects hold stay put, so
- * they are read once (``cached``) instead of once per message, and the messages
- * accepted meanwhile are told to the ledger in one Ledger.accept_many call.  (A garbage
- * collection an allocation triggers frees only unreachable objects, never these.) */
-typedef struct {
-    PyObject_HEAD
-    PyObject *intake, *slow, *by_bytes, *ledger, *accept_many, *policy, *events,
-        *encode_key_field;
-    long long entry_overhead;
-    PyObject *last_topic_bytes;  /* the last topic's bytes: a key of by_bytes */
-    unsigned long long admitted_here;  /* taken without admit_py (for tests and profiles) */
-    int cached;                  /* the three below are current */
-    long long intake_limit, memory_limit, buffered;
-    PyObject *limit_topic;       /* whose topic_limit is cached (identity only, no reference) */
-    long long topic_limit;
-    PyObject *limits_producer;   /* whose limits are cached (identity only, no reference) */
-    long long max_batch_bytes, max_messages;
-    int key_based;
-    long long pending_count, pending_charge;  /* accepted, not yet told to the ledger */
-} Admitter;
-
-static int get_ll(PyObject *obj, PyObject *name, long long *out) {
-    PyObject *value = PyObject_GetAttr(obj, name);
-    if (!value) return -1;
-    *out = PyLong_AsLongLong(value);
-    Py_DECREF(value);
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
-}
-
-/* A limit (Python int, unbounded: the configuration accepts any size): beyond the
- * range of long long it saturates, which compares the same against sizes and sums
- * that stay far below it. */
-static int get_limit(PyObject *obj, PyObject *name, long long *out) {
-    PyObject *value = PyObject_GetAttr(obj, name);
-    if (!value) return -1;
-    int overflow = 0;
-    *out = PyLong_AsLongLongAndOverflow(value, &overflow);
-    Py_DECREF(value);
-    if (overflow) *out = overflow > 0 ? LLONG_MAX : LLONG_MIN;
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
-}
-
 /* Before any Python code runs: the ledger gets the pending acceptances, the cache goes. */
-static int settle(Admitter *self) {
+int pb_settle(Admitter *self) {
     self->cached = 0;
     self->limit_topic = self->limits_producer = NULL;
     if (!self->pending_count) return 0;
@@ -74,19 +31,19 @@ static int settle(Admitter *self) {
 
 /* The end of a call: settle, keeping an exception already raised. */
 static int finish(Admitter *self) {
-    if (!PyErr_Occurred()) return settle(self);
+    if (!PyErr_Occurred()) return pb_settle(self);
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
-    if (settle(self) < 0) PyErr_Clear();
+    if (pb_settle(self) < 0) PyErr_Clear();
     PyErr_Restore(type, value, traceback);
     return -1;
 }
 
 static int load_limits(Admitter *self) {
     if (self->cached) return 0;
-    if (get_limit(self->intake, S_max_message_bytes, &self->intake_limit) < 0 ||
-        get_limit(self->policy, S_memory_limit, &self->memory_limit) < 0 ||
-        get_limit(self->ledger, S_buffered_bytes, &self->buffered) < 0)
+    if (pb_get_limit(self->intake, S_max_message_bytes, &self->intake_limit) < 0 ||
+        pb_get_limit(self->policy, S_memory_limit, &self->memory_limit) < 0 ||
+        pb_get_limit(self->ledger, S_buffered_bytes, &self->buffered) < 0)
         return -1;
     self->cached = 1;
     return 0;
@@ -95,221 +52,9 @@ static int load_limits(Admitter *self) {
 static int load_topic_limit(Admitter *self, PyObject *topic) {
     if (topic == self->limit_topic) return 0;
     self->limit_topic = NULL;
-    if (get_limit(topic, S_max_message_bytes, &self->topic_limit) < 0) return -1;
+    if (pb_get_limit(topic, S_max_message_bytes, &self->topic_limit) < 0) return -1;
     self->limit_topic = topic;
     return 0;
-}
-
-/* The producer's max_batch_bytes, and its policy's max_messages and key_based. */
-static int load_producer_limits(Admitter *self, PyObject *producer) {
-    if (producer == self->limits_producer) return 0;
-    self->limits_producer = NULL;
-    if (get_limit(producer, S_max_batch_bytes, &self->max_batch_bytes) < 0) return -1;
-    PyObject *policy = PyObject_GetAttr(producer, S_policy);
-    if (!policy) return -1;
-    PyObject *key_based = NULL;
-    int failed = get_limit(policy, S_max_messages, &self->max_messages) < 0 ||
-                 !(key_based = PyObject_GetAttr(policy, S_key_based));
-    Py_DECREF(policy);
-    int truth = failed ? -1 : PyObject_IsTrue(key_based);
-    Py_XDECREF(key_based);
-    if (truth < 0) return -1;
-    self->key_based = truth;
-    self->limits_producer = producer;
-    return 0;
-}
-
-static int is_ready(PyObject *producer) {
-    PyObject *ready = PyObject_GetAttr(producer, S_ready);
-    if (!ready) return -1;
-    int truth = PyObject_IsTrue(ready);
-    Py_DECREF(ready);
-    return truth;
-}
-
-/* The open batch of ``producer`` (new reference); it must be an Entries. */
-static Entries *batch_of(PyObject *producer) {
-    PyObject *batch = PyObject_GetAttr(producer, S_batch);
-    if (batch && !PyObject_TypeCheck(batch, &pb_EntriesType)) {
-        Py_DECREF(batch);
-        PyErr_SetString(PyExc_TypeError, "a producer's batch is not a compiled BatchBuilder");
-        return NULL;
-    }
-    return (Entries *)batch;
-}
-
-static inline long long floor_mod(long long a, long long n) {
-    long long r = a % n;
-    return r < 0 ? r + n : r;
-}
-
-/* Topic.choose_any / choose_keyed: the producer for this message (new reference). */
-static PyObject *choose(PyObject *topic, PyObject *producers, long long partition_key) {
-    Py_ssize_t count = PyList_GET_SIZE(producers);
-    if (partition_key >= 0) {
-        long long first = floor_mod(partition_key, count);
-        for (Py_ssize_t step = 0; step < count; step++) {
-            PyObject *candidate = PyList_GET_ITEM(producers, (first + step) % count);
-            int ready = is_ready(candidate);
-            if (ready < 0) return NULL;
-            if (ready) { Py_INCREF(candidate); return candidate; }
-        }
-        PyObject *chosen = PyList_GET_ITEM(producers, first);
-        Py_INCREF(chosen);
-        return chosen;
-    }
-    long long index;
-    if (get_ll(topic, S_round_robin, &index) < 0) return NULL;
-    if (index >= 0) {
-        PyObject *current = PyList_GetItem(producers, (Py_ssize_t)index);
-        if (!current) return NULL;
-        Entries *batch = batch_of(current);
-        if (!batch) return NULL;
-        long long in_batch = batch->count;
-        Py_DECREF(batch);
-        int ready = in_batch ? is_ready(current) : 0;
-        if (ready < 0) return NULL;
-        if (ready) { Py_INCREF(current); return current; }
-    }
-    long long chosen = -1;
-    for (Py_ssize_t step = 1; step <= count && chosen < 0; step++) {
-        long long candidate = (index + step) % count;
-        int ready = is_ready(PyList_GET_ITEM(producers, candidate));
-        if (ready < 0) return NULL;
-        if (ready) chosen = candidate;
-    }
-    if (chosen < 0) chosen = (index + 1) % count;
-    PyObject *number = PyLong_FromLongLong(chosen);
-    if (!number || PyObject_SetAttr(topic, S_round_robin, number) < 0) {
-        Py_XDECREF(number);
-        return NULL;
-    }
-    Py_DECREF(number);
-    PyObject *producer = PyList_GET_ITEM(producers, chosen);
-    Py_INCREF(producer);
-    return producer;
-}
-
-static int seal_and_report(Admitter *self, PyObject *producer) {
-    if (settle(self) < 0) return -1;
-    PyObject *sealed = PyObject_CallMethodNoArgs(producer, S_seal);
-    if (!sealed) return -1;
-    Py_DECREF(sealed);
-    PyObject *done = PyObject_CallMethodOneArg(self->events, S_batch_sealed, producer);
-    Py_XDECREF(done);
-    return done ? 0 : -1;
-}
-
-/* add_tag's common case (model/confirmation.py): the message belongs to the batch's last
- * tag run, whose count grows.  Clears *pending when done here. */
-static int add_to_last_run(PyObject *tags, PyObject *tag, int *pending) {
-    if (!PyList_CheckExact(tags) || PyList_GET_SIZE(tags) == 0) return 0;
-    PyObject *last = PyList_GET_ITEM(tags, PyList_GET_SIZE(tags) - 1);
-    PyObject *last_tag = PyObject_GetAttr(last, S_tag);
-    if (!last_tag) return -1;
-    int same = last_tag == tag;
-    Py_DECREF(last_tag);
-    if (!same) return 0;
-    long long count;
-    if (get_ll(last, S_count, &count) < 0) return -1;
-    PyObject *more = PyLong_FromLongLong(count + 1);
-    int failed = !more || PyObject_SetAttr(last, S_count, more) < 0;
-    Py_XDECREF(more);
-    if (failed) return -1;
-    *pending = 0;
-    return 0;
-}
-
-/* The message into ``into`` (the open batch, or its key's) and its tag runs. */
-static int add_tagged(Admitter *self, Entries *into, PyObject *key_field, long long timestamp,
-                      const char *value, Py_ssize_t value_size, long long charge, PyObject *tag) {
-    if (pb_entries_add(into, PyBytes_AS_STRING(key_field), PyBytes_GET_SIZE(key_field), timestamp,
-                    value, value_size, charge) < 0)
-        return -1;
-    PyObject *tags = PyObject_GetAttr((PyObject *)into, S_tags);
-    if (!tags) return -1;
-    int tagged = tag != Py_None || tags != Py_None;
-    if (tagged && add_to_last_run(tags, tag, &tagged) < 0) {
-        Py_DECREF(tags);
-        return -1;
-    }
-    Py_DECREF(tags);
-    if (tagged) {  /* a new run, or the first tags of the batch: BatchBuilder.tag_last */
-        if (settle(self) < 0) return -1;
-        PyObject *done = PyObject_CallMethodOneArg((PyObject *)into, S_tag_last, tag);
-        if (!done) return -1;
-        Py_DECREF(done);
-    }
-    return 0;
-}
-
-/* Appender.append for a batch that is an Entries; with key-based batching the message goes
- * into its key's batch (pb_key_batch's BatchBuilder() reads no ledger or limit: no settle). */
-static int append(Admitter *self, PyObject *producer, Entries *batch, PyObject *key_field,
-                  long long timestamp, const char *value, Py_ssize_t value_size,
-                  long long charge, PyObject *tag) {
-    if (load_producer_limits(self, producer) < 0) return -1;
-    if (batch->count && batch->charged + charge > self->max_batch_bytes &&
-        seal_and_report(self, producer) < 0)
-        return -1;
-    if (load_producer_limits(self, producer) < 0) return -1;
-    int keyed = batch->keys != NULL || (!batch->count && self->key_based);
-    Entries *into = keyed ? pb_key_batch(batch, key_field, charge) : batch;
-    if (!into) return -1;
-    int failed = add_tagged(self, into, key_field, timestamp, value, value_size, charge, tag);
-    if (keyed) Py_DECREF(into);
-    if (failed) return -1;
-    if (batch->count == 1) {
-        if (settle(self) < 0) return -1;
-        PyObject *done = PyObject_CallMethodOneArg(self->events, S_batch_opened, producer);
-        if (!done) return -1;
-        Py_DECREF(done);
-    }
-    if (load_producer_limits(self, producer) < 0) return -1;
-    if (batch->count >= self->max_messages || batch->charged >= self->max_batch_bytes)
-        return seal_and_report(self, producer);
-    return 0;
-}
-
-/* ``partition_key`` Protobuf field (plus the base64 flag, via Python, for keys that are
- * not UTF-8) after the record's property fields: a new reference. */
-static PyObject *key_field_of(Admitter *self, const char *key, Py_ssize_t key_size,
-                              PyObject *key_object, const char *fields, Py_ssize_t fields_size) {
-    if (key_size == 0 && fields_size == 0) { Py_INCREF(EMPTY_BYTES); return EMPTY_BYTES; }
-    int ascii = 1;
-    for (Py_ssize_t i = 0; i < key_size && ascii; i++) ascii = (unsigned char)key[i] < 0x80;
-    PyObject *encoded = NULL;
-    Py_ssize_t encoded_size = key_size ? 1 + varint_size((uint64_t)key_size) + key_size : 0;
-    if (!ascii) {  /* UTF-8 or base64: the Python encoder decides */
-        PyObject *owned = key_object ? (Py_INCREF(key_object), key_object)
-                                     : PyBytes_FromStringAndSize(key, key_size);
-        if (!owned) return NULL;
-        encoded = settle(self) < 0 ? NULL : PyObject_CallOneArg(self->encode_key_field, owned);
-        Py_DECREF(owned);
-        if (!encoded) return NULL;
-        if (!PyBytes_Check(encoded)) {
-            Py_DECREF(encoded);
-            PyErr_SetString(PyExc_TypeError, "encode_key_field() must return bytes");
-            return NULL;
-        }
-        encoded_size = PyBytes_GET_SIZE(encoded);
-    }
-    PyObject *out = PyBytes_FromStringAndSize(NULL, fields_size + encoded_size);
-    if (!out) { Py_XDECREF(encoded); return NULL; }
-    unsigned char *write = (unsigned char *)PyBytes_AS_STRING(out);
-    if (fields_size) {  /* fields is NULL for Bruce's formats */
-        memcpy(write, fields, fields_size);
-        write += fields_size;
-    }
-    if (encoded) {
-        memcpy(write, PyBytes_AS_STRING(encoded), encoded_size);
-        Py_DECREF(encoded);
-    } else if (key_size) {
-        *write++ = 0x12;  /* partition_key, field 2 */
-        write = put_varint(write, (uint64_t)key_size);
-        memcpy(write, key, key_size);
-    }
-    return out;
 }
 
 /* 1: admitted here; 0: admit_py must decide (nothing was changed); -1: error. */
@@ -376,7 +121,7 @@ static int fast_admit(Admitter *self, PyObject *data, PyObject *tag) {
         if (key_hash != Py_None) {
             PyObject *owned = key_object ? (Py_INCREF(key_object), key_object)
                                          : PyBytes_FromStringAndSize(key, key_size);
-            hashed = owned && settle(self) == 0 ? PyObject_CallOneArg(key_hash, owned) : NULL;
+            hashed = owned && pb_settle(self) == 0 ? PyObject_CallOneArg(key_hash, owned) : NULL;
             Py_XDECREF(owned);
         }
         Py_DECREF(key_hash);
@@ -389,7 +134,7 @@ static int fast_admit(Admitter *self, PyObject *data, PyObject *tag) {
             goto done;
         }
     }
-    if (!(key_field = key_field_of(self, key, key_size, key_object, fields, fields_size))) goto done;
+    if (!(key_field = pb_key_field_of(self, key, key_size, key_object, fields, fields_size))) goto done;
     Py_ssize_t value_size = length - view.value_start;
     long long charge = PyBytes_GET_SIZE(key_field) + value_size + self->entry_overhead;
     if (load_limits(self) < 0) goto done;  /* again: a call-out above may have settled */
@@ -401,20 +146,20 @@ static int fast_admit(Admitter *self, PyObject *data, PyObject *tag) {
     }
     if (!(producers = PyObject_GetAttr(topic, S_producers))) goto done;
     if (!PyList_Check(producers) || PyList_GET_SIZE(producers) == 0) { outcome = 0; goto done; }
-    /* Decided: from here on it is admitted here (choose() only moves the round-robin). */
-    if (!(producer = choose(topic, producers, partition_key))) goto done;
-    if (!(batch = batch_of(producer))) goto done;
+    /* Decided: from here on it is admitted here (pb_choose() only moves the round-robin). */
+    if (!(producer = pb_choose(topic, producers, partition_key))) goto done;
+    if (!(batch = pb_batch_of(producer))) goto done;
     self->pending_count++;  /* Ledger.accept(charge), told at the next settle() */
     self->pending_charge += charge;
     if (tag != Py_None) {
         long long outstanding;
-        if (get_ll(tag, S_outstanding, &outstanding) < 0) goto done;
+        if (pb_get_ll(tag, S_outstanding, &outstanding) < 0) goto done;
         PyObject *more = PyLong_FromLongLong(outstanding + 1);
         int failed = !more || PyObject_SetAttr(tag, S_outstanding, more) < 0;
         Py_XDECREF(more);
         if (failed) goto done;
     }
-    if (append(self, producer, batch, key_field, view.timestamp, p + view.value_start, value_size,
+    if (pb_append(self, producer, batch, key_field, view.timestamp, p + view.value_start, value_size,
                charge, tag) < 0)
         goto done;
     if (budget != Py_None) {
@@ -482,7 +227,7 @@ static PyObject *admitter_admit_records(Admitter *self, PyObject *const *args,
             self->admitted_here++;
             continue;
         }
-        if (settle(self) < 0) { Py_DECREF(record); return NULL; }
+        if (pb_settle(self) < 0) { Py_DECREF(record); return NULL; }
         PyObject *call[2] = {record, tag};
         PyObject *taken = PyObject_Vectorcall(self->slow, call, 2, NULL);
         Py_DECREF(record);
@@ -507,7 +252,7 @@ static int admitter_init(Admitter *self, PyObject *args, PyObject *kwargs) {
         return -1;
     PyObject *accept_many = PyObject_GetAttrString(ledger, "accept_many");
     if (!accept_many) return -1;
-    if (settle(self) < 0) { Py_DECREF(accept_many); return -1; }  /* re-initialised */
+    if (pb_settle(self) < 0) { Py_DECREF(accept_many); return -1; }  /* re-initialised */
     Py_INCREF(intake); Py_INCREF(slow); Py_INCREF(by_bytes); Py_INCREF(ledger);
     Py_INCREF(policy); Py_INCREF(events); Py_INCREF(encode);
     Py_XSETREF(self->intake, intake);
@@ -580,7 +325,7 @@ int pb_admitter_names(void) {
         {&S_max_message_bytes, "max_message_bytes"}, {&S_rate_budget, "rate_budget"},
         {&S_key_hash, "key_hash"}, {&S_buffered_bytes, "buffered_bytes"},
         {&S_memory_limit, "memory_limit"}, {&S_producers, "producers"},
-        {&S_round_robin, "_round_robin"}, {&S_batch, "batch"}, {&S_ready, "ready"},
+        {&S_round_robin, "round_robin"}, {&S_batch, "batch"}, {&S_ready, "ready"},
         {&S_max_batch_bytes, "max_batch_bytes"}, {&S_tags, "tags"},
         {&S_policy, "policy"}, {&S_max_messages, "max_messages"}, {&S_key_based, "key_based"},
         {&S_outstanding, "outstanding"}, {&S_seal, "seal"}, {&S_batch_sealed, "batch_sealed"},

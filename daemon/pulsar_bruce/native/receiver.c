@@ -1,4 +1,6 @@
-#include "intake.h"
+/* The compiled reader's Python type (Receiver): read_now() on the event loop (peeking for
+ * the write-ahead journal), take() of the slabs receive_thread.c fills, start and stop. */
+#include "receiver.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -8,187 +10,6 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-
-/* ------------------------------------------------------------------ Receiver */
-
-/* The receive thread fills slabs in ring order; the event loop takes them in the same
- * order, so datagrams reach the intake in the order the socket gave them.  A slab is
- * FREE (the thread may fill it) or READY (the loop may take it).  When every slab is
- * READY the thread stops reading: the kernel queue fills and senders block or get
- * EAGAIN, as they would with a slow single-threaded daemon.  Nothing is dropped here.
- *
- * Wake-ups are per batch of work, not per datagram: when the socket runs dry the
- * thread publishes its partial slab and wakes the loop only if the loop is idle;
- * while the loop is busy the thread waits in poll() holding the slab, and the loop
- * takes that partial slab itself once it has handled the earlier ones. */
-
-#define SLABS 4
-#define PER_SLAB 64
-/* With ``nap_us`` set, a slab less than half full when the socket runs dry waits up to
- * NAPS naps for more before it is published: under load one recvmmsg then takes tens of
- * datagrams instead of a few, and the thread, the loop and the senders wake each other
- * far less often.  Only for a deep kernel queue (the caller decides from
- * max_dgram_qlen): with the default 10 the senders would block while it naps. */
-#define NAPS 2
-
-typedef struct {
-    unsigned char *arena;             /* PER_SLAB slots of slot_size bytes (virtual) */
-    unsigned int lengths[PER_SLAB];
-    int count;
-    int ready;
-} Slab;
-
-typedef struct {
-    PyObject_HEAD
-    int sock_fd, wake_fd, stop_fd;
-    size_t slot_size, slab_bytes;
-    size_t read_size;                 /* max_datagram_bytes + 1: an oversized one is seen as such */
-    Slab slabs[SLABS];
-    unsigned char *scratch;           /* read_now()'s slab, used on the caller's thread */
-    int fill, take;                   /* next slab the thread fills / the loop takes */
-    int notified;                     /* wake_fd written, not yet answered by an empty take() */
-    int polling, held;                /* the thread waits in poll() holding ``held`` datagrams */
-    int waiting;                      /* the thread waits for a free slab */
-    int running, stopping, thread_errno;
-    long nap_ns;                      /* 0: never nap */
-    int peek;                         /* read_now() peeks (SO_PEEK_OFF): the journal consumes */
-    int exited;                       /* the thread ended by itself (error, hang-up) */
-    unsigned long long calls, datagrams;
-    pthread_t thread;
-    pthread_mutex_t lock;
-    pthread_cond_t slab_freed;
-} Receiver;
-
-static void receiver_wake(Receiver *self) {
-    uint64_t one = 1;
-    ssize_t ignored = write(self->wake_fd, &one, sizeof one);
-    (void)ignored;
-}
-
-/* Publish ``count`` datagrams of the slab being filled; call with the lock held.
- * Returns whether the loop must be woken. */
-static int receiver_publish(Receiver *self, Slab *slab, int count) {
-    slab->count = count;
-    slab->ready = 1;
-    self->fill = (self->fill + 1) % SLABS;
-    self->datagrams += (unsigned long long)count;
-    int wake = !self->notified;
-    self->notified = 1;
-    return wake;
-}
-
-/* recvmmsg headers for ``room`` datagrams into the arena's slots from ``first`` on, each
- * read up to ``read_size`` bytes. */
-static void receiver_headers(Receiver *self, unsigned char *arena, int first, int room,
-                             struct mmsghdr *headers, struct iovec *vectors) {
-    for (int i = 0; i < room; i++) {
-        vectors[i].iov_base = arena + (size_t)(first + i) * self->slot_size;
-        vectors[i].iov_len = self->read_size;
-        memset(&headers[i].msg_hdr, 0, sizeof headers[i].msg_hdr);
-        headers[i].msg_hdr.msg_iov = &vectors[i];
-        headers[i].msg_hdr.msg_iovlen = 1;
-    }
-}
-
-/* Fill one slab with recvmmsg until it is full, or the socket is empty and the loop
- * idle.  Returns the datagrams to publish; 0 when the loop took the partial slab
- * itself; -1 when the thread must end (stop asked, socket error) with nothing held. */
-static int receiver_fill(Receiver *self, Slab *slab) {
-    struct mmsghdr headers[PER_SLAB];
-    struct iovec vectors[PER_SLAB];
-    int count = 0, hangup = 0, naps = 0;
-    while (count < PER_SLAB) {
-        int room = PER_SLAB - count;
-        receiver_headers(self, slab->arena, count, room, headers, vectors);
-        int got = recvmmsg(self->sock_fd, headers, (unsigned int)room, MSG_DONTWAIT, NULL);
-        if (got > 0) {
-            for (int i = 0; i < got; i++) slab->lengths[count + i] = headers[i].msg_len;
-            count += got;
-            __atomic_fetch_add(&self->calls, 1, __ATOMIC_RELAXED);  /* stats reads it */
-            continue;
-        }
-        if (got < 0 && errno == EINTR) continue;
-        if (!(got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) {
-            __atomic_store_n(&self->thread_errno, got < 0 ? errno : 0, __ATOMIC_RELAXED);
-            return count > 0 ? count : -1;  /* socket closed under us */
-        }
-        if (hangup) return count > 0 ? count : -1;  /* shut down and empty: poll() would spin */
-        if (self->nap_ns && count > 0 && count < PER_SLAB / 2 && naps < NAPS) {
-            naps++;
-            struct timespec nap = {0, self->nap_ns};
-            nanosleep(&nap, NULL);
-            continue;
-        }
-        pthread_mutex_lock(&self->lock);
-        if (count > 0 && !self->notified) {  /* the loop is idle: publish now */
-            pthread_mutex_unlock(&self->lock);
-            return count;
-        }
-        self->held = count;
-        self->polling = 1;
-        pthread_mutex_unlock(&self->lock);
-        struct pollfd fds[2] = {{self->sock_fd, POLLIN | POLLRDHUP, 0}, {self->stop_fd, POLLIN, 0}};
-        int polled = poll(fds, 2, -1);
-        int poll_errno = errno;
-        pthread_mutex_lock(&self->lock);
-        self->polling = 0;
-        self->held = 0;
-        /* The loop took the partial slab meanwhile (only a take() moves ``fill`` now). */
-        int taken = &self->slabs[self->fill] != slab;
-        pthread_mutex_unlock(&self->lock);
-        if (taken) return 0;
-        if (polled < 0 && poll_errno != EINTR) {
-            __atomic_store_n(&self->thread_errno, poll_errno, __ATOMIC_RELAXED);
-            return count > 0 ? count : -1;
-        }
-        if (fds[1].revents) return count > 0 ? count : -1;  /* stop asked */
-        if (polled > 0 && (fds[0].revents & (POLLRDHUP | POLLHUP)))
-            hangup = 1;  /* read what is queued, then end at the next EAGAIN */
-    }
-    return count;
-}
-
-static void *receiver_main(void *arg) {
-    Receiver *self = arg;
-    for (;;) {
-        pthread_mutex_lock(&self->lock);
-        Slab *slab = &self->slabs[self->fill];
-        self->waiting = 1;
-        while (slab->ready && !self->stopping) pthread_cond_wait(&self->slab_freed, &self->lock);
-        self->waiting = 0;
-        int stopping = self->stopping;
-        pthread_mutex_unlock(&self->lock);
-        if (stopping) break;
-        int count = receiver_fill(self, slab);
-        if (count == 0) continue;
-        if (count < 0) break;
-        pthread_mutex_lock(&self->lock);
-        int wake = receiver_publish(self, slab, count);
-        pthread_mutex_unlock(&self->lock);
-        if (wake) receiver_wake(self);
-    }
-    pthread_mutex_lock(&self->lock);
-    self->exited = !self->stopping;
-    pthread_mutex_unlock(&self->lock);
-    receiver_wake(self);  /* the loop sees the end (or the error) */
-    return NULL;
-}
-
-static void receiver_join(Receiver *self) {
-    if (!self->running) return;
-    pthread_mutex_lock(&self->lock);
-    self->stopping = 1;
-    pthread_cond_broadcast(&self->slab_freed);
-    pthread_mutex_unlock(&self->lock);
-    uint64_t one = 1;
-    ssize_t ignored = write(self->stop_fd, &one, sizeof one);
-    (void)ignored;
-    Py_BEGIN_ALLOW_THREADS
-    pthread_join(self->thread, NULL);
-    Py_END_ALLOW_THREADS
-    self->running = 0;
-    self->exited = 0;
-}
 
 static PyObject *receiver_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     Receiver *self = (Receiver *)type->tp_alloc(type, 0);
@@ -246,7 +67,7 @@ static int receiver_init(Receiver *self, PyObject *args, PyObject *kwargs) {
 }
 
 static void receiver_dealloc(Receiver *self) {
-    receiver_join(self);
+    pb_receiver_join(self);
     for (int i = 0; i < SLABS; i++)
         if (self->slabs[i].arena) munmap(self->slabs[i].arena, self->slab_bytes);
     if (self->scratch) munmap(self->scratch, self->slab_bytes);
@@ -267,20 +88,20 @@ static PyObject *receiver_start(Receiver *self, PyObject *unused) {
     pthread_mutex_lock(&self->lock);
     int exited = self->exited;
     pthread_mutex_unlock(&self->lock);
-    if (exited) receiver_join(self);  /* it ended by itself: start a new one */
+    if (exited) pb_receiver_join(self);  /* it ended by itself: start a new one */
     if (self->running) Py_RETURN_NONE;
     self->stopping = 0;
     self->thread_errno = 0;
     uint64_t drained;
     while (read(self->stop_fd, &drained, sizeof drained) > 0) {}
-    int failed = pthread_create(&self->thread, NULL, receiver_main, self);
+    int failed = pthread_create(&self->thread, NULL, pb_receiver_main, self);
     if (failed) { errno = failed; return PyErr_SetFromErrno(PyExc_OSError); }
     self->running = 1;
     Py_RETURN_NONE;
 }
 
 static PyObject *receiver_stop(Receiver *self, PyObject *unused) {
-    receiver_join(self);
+    pb_receiver_join(self);
     Py_RETURN_NONE;
 }
 
@@ -321,7 +142,7 @@ static PyObject *receiver_read_now(Receiver *self, PyObject *limit_object) {
     struct mmsghdr headers[PER_SLAB];
     struct iovec vectors[PER_SLAB];
     unsigned int lengths[PER_SLAB];
-    receiver_headers(self, self->scratch, 0, (int)room, headers, vectors);
+    pb_receiver_headers(self, self->scratch, 0, (int)room, headers, vectors);
     int got;
     int flags = MSG_DONTWAIT | (self->peek ? MSG_PEEK : 0);
     do got = recvmmsg(self->sock_fd, headers, room, flags, NULL);
@@ -340,7 +161,7 @@ static PyObject *receiver_take(Receiver *self, PyObject *unused) {
     pthread_mutex_lock(&self->lock);
     Slab *slab = &self->slabs[self->take];
     if (!slab->ready && self->polling && self->held > 0 && self->take == self->fill) {
-        receiver_publish(self, slab, self->held);  /* take the thread's partial slab */
+        pb_receiver_publish(self, slab, self->held);  /* take the thread's partial slab */
         self->held = 0;
     }
     if (!slab->ready) {

@@ -29,7 +29,7 @@ from enum import Enum
 
 from pulsar_bruce import reasons
 from pulsar_bruce.batch.batch_builder import BatchBuilder, split_batch
-from pulsar_bruce.batch.compression import Compressor
+from pulsar_bruce.batch.compression import CompressionTries, Compressor
 from pulsar_bruce.batch.entries import first_key_of, stamp_sequence_ids
 from pulsar_bruce.frame import commands
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
@@ -40,10 +40,6 @@ from pulsar_bruce.producer.sequence_ids import Renumbered, renumber_above
 #: Bytes a Send frame adds around the batch payload (command + metadata), generously.
 SEND_FRAME_OVERHEAD = 1024
 _U32 = struct.Struct(">I")
-#: A compressed batch is sent only when it is at least 1/8 smaller than the raw one.
-MIN_SAVING_DIVISOR = 8
-#: At most this many batches in a row go uncompressed untried (one try in 65 costs ~1.5 %).
-MAX_COMPRESS_SKIPS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +85,7 @@ class PartitionProducer:
     __slots__ = (
         "batch",
         "closing",
-        "compress_skips",
-        "compress_skips_left",
+        "compression_tries",
         "in_flight",
         "issued_from",
         "max_batch_bytes",
@@ -128,10 +123,7 @@ class PartitionProducer:
         #: The policy's limit, lowered to what fits the broker's max message size.
         self.max_batch_bytes = policy.max_bytes
         self.max_message_size = DEFAULT_MAX_MESSAGE_SIZE
-        #: Batches to send uncompressed without trying, after ones the codec did not shrink.
-        self.compress_skips_left = 0
-        #: How many the next batch that does not shrink makes us skip (doubling to a bound).
-        self.compress_skips = 1
+        self.compression_tries = CompressionTries()
         #: With a write-ahead journal: batches queued since it last looked (None: no journal).
         self.unjournalled: list[SealedBatch] | None = None
 
@@ -239,30 +231,8 @@ class PartitionProducer:
         return out
 
     def _compress(self, raw: bytes) -> tuple[bytes, int]:
-        """``raw`` compressed with the policy's codec, and the wire type to say so; ``raw`` itself
-        (type NONE) when the codec saves less than an eighth of it.
-
-        Compression is per message metadata on the wire, so a batch may go uncompressed on a
-        compressed topic (librdkafka sends a Kafka batch uncompressed when the codec grows it;
-        ZFS stores a block uncompressed unless it saves an eighth).  Payloads that do not
-        shrink (encrypted, already compressed, random) usually keep not shrinking: after such
-        a batch the next ``compress_skips`` batches are sent without trying, and that number
-        doubles up to :data:`MAX_COMPRESS_SKIPS` while the tries keep failing; one that
-        shrinks resets it.
-        """
-        compressor = self.policy.compressor
-        if compressor is None:
-            return raw, 0
-        if self.compress_skips_left:
-            self.compress_skips_left -= 1
-            return raw, 0
-        compressed = compressor(raw)
-        if len(compressed) <= len(raw) - len(raw) // MIN_SAVING_DIVISOR:
-            self.compress_skips = 1
-            return compressed, self.policy.compression
-        self.compress_skips_left = self.compress_skips
-        self.compress_skips = min(2 * self.compress_skips, MAX_COMPRESS_SKIPS)
-        return raw, 0
+        """``raw`` compressed with the policy's codec (or not: see :class:`CompressionTries`)."""
+        return self.compression_tries.compress(raw, self.policy.compressor, self.policy.compression)
 
     def _frame(self, batch: SealedBatch, publish_time_ms: int, limit: int) -> bool:
         """Give ``batch`` its sequence ids (unless it kept its own), each entry its own, and its

@@ -37,7 +37,6 @@ class Topic:
     """A topic's producers (one per partition) and its routing state."""
 
     __slots__ = (
-        "_round_robin",
         "borrowed",
         "key_hash",
         "max_message_bytes",
@@ -46,6 +45,7 @@ class Topic:
         "partitioned",
         "producers",
         "rate_budget",
+        "round_robin",
         "stats",
         "unrouted",
         "unrouted_batches",
@@ -74,7 +74,9 @@ class Topic:
         #: Key routing: the hash that turns an AnyPartition message's key into its
         #: PartitionKey; ``None`` (the default) keeps round-robin.
         self.key_hash: Callable[[bytes], int] | None = None
-        self._round_robin = -1
+        #: AnyPartition's current partition (-1: none yet); the compiled admitter reads and
+        #: sets it too (``native/contract.py``).
+        self.round_robin = -1
 
     @property
     def buffered_messages(self) -> int:
@@ -91,7 +93,7 @@ class Topic:
     def choose_any(self) -> PartitionProducer:
         """AnyPartition: stay on the current partition until its batch is sealed."""
         producers = self.producers
-        index = self._round_robin
+        index = self.round_robin
         if index >= 0:
             current = producers[index]
             if current.batch.count and current.ready:
@@ -100,10 +102,10 @@ class Topic:
         for step in range(1, count + 1):
             candidate = (index + step) % count
             if producers[candidate].ready:
-                self._round_robin = candidate
+                self.round_robin = candidate
                 return producers[candidate]
-        self._round_robin = (index + 1) % count
-        return producers[self._round_robin]
+        self.round_robin = (index + 1) % count
+        return producers[self.round_robin]
 
     def choose_keyed(self, partition_key: int) -> PartitionProducer:
         """PartitionKey: ``key % N`` with failover to the next ready partition."""

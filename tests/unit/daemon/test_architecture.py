@@ -15,6 +15,7 @@ renaming a module to regenerate the module map in docs/design.md; without
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 import sys
 from pathlib import Path
@@ -129,6 +130,31 @@ def test_imports_only_point_down() -> None:
         if RANK.get(target, 99) >= RANK.get(source, -1) or (source, target) in FORBIDDEN
     ]
     assert not upward, "imports that point up or sideways:\n" + "\n".join(upward)
+
+
+def c_attribute_names(source: str) -> set[str]:
+    """The attribute names a C file looks up: its interned-name table and GetAttrString."""
+    table = set(re.findall(r'\{&S_\w+, "(\w+)"\}', source))
+    return table | set(re.findall(r'PyObject_GetAttrString\(\w+, "(\w+)"\)', source))
+
+
+def test_the_compiled_admitter_reads_only_what_its_contract_declares() -> None:
+    """The C admitter's attribute names are the declared ones (``native/contract.py``),
+    public, and each class has each of them: a rename on the Python side fails here, in
+    both intake passes, instead of at run time in the compiled one only."""
+    from pulsar_bruce.native.contract import ADMITTER_READS
+
+    declared = {name for names in ADMITTER_READS.values() for name in names}
+    assert c_attribute_names((PACKAGE / "native" / "admitter.c").read_text()) == declared
+    assert not [name for name in declared if name.startswith("_")]
+    missing = []
+    for (module, class_name), names in ADMITTER_READS.items():
+        cls = getattr(importlib.import_module(f"pulsar_bruce.{module}"), class_name)
+        known = set(dir(cls)) | set(getattr(cls, "__dataclass_fields__", {}))
+        known |= set(cls.__init__.__code__.co_names)  # attributes __init__ sets
+        missing += [f"{class_name}.{name}" for name in names if name not in known]
+        assert LAYER_OF[part_of(f"pulsar_bruce.{module}")] >= LAYER_OF["native"]
+    assert not missing, f"the compiled admitter reads attributes that are gone: {missing}"
 
 
 def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:

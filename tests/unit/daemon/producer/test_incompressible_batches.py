@@ -1,6 +1,6 @@
-"""PartitionProducer._compress: a batch its codec shrinks by less than an eighth goes
-uncompressed, and the next ones are sent without trying, for a number of batches that
-doubles to a bound."""
+"""CompressionTries, through PartitionProducer: a batch its codec shrinks by less than an
+eighth goes uncompressed, and the next ones are sent without trying, for a number of
+batches that doubles to a bound."""
 
 from __future__ import annotations
 
@@ -8,13 +8,9 @@ import itertools
 import random
 
 import pytest
-from pulsar_bruce.batch.compression import CODECS, decompress
+from pulsar_bruce.batch.compression import CODECS, MAX_COMPRESS_SKIPS, decompress
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
-from pulsar_bruce.producer.partition_producer import (
-    MAX_COMPRESS_SKIPS,
-    BatchPolicy,
-    PartitionProducer,
-)
+from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
 
 from .test_partition_producer import PUBLISH_TIME, TOPIC, decode, values_in, zlib_chunks
 

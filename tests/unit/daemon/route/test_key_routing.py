@@ -203,7 +203,7 @@ def test_without_key_routing_keyed_messages_are_round_robin() -> None:
     intake, topic = intake_with(4, KeyRouting.NONE)
     for _ in range(4):
         intake.admit(encode_any_partition("t", b"v", key=b"hello"))
-        topic.producers[topic._round_robin].seal()  # a batch boundary: switch partitions
+        topic.producers[topic.round_robin].seal()  # a batch boundary: switch partitions
     assert all(len(producer.pending) == 1 for producer in topic.producers)
 
 
@@ -213,7 +213,7 @@ def test_keyless_messages_stay_round_robin_and_partition_keys_stay_modulo() -> N
     assert topic.producers[6 % 4].batch.count == 1  # PartitionKey wins over the key's hash
     for _ in range(4):
         intake.admit(encode_any_partition("t", b"v"))
-        topic.producers[topic._round_robin].seal()
+        topic.producers[topic.round_robin].seal()
     assert all(producer.pending for producer in topic.producers)
 
 
