@@ -7,9 +7,11 @@
  * spare.  Everything else (a discard, a new topic, the disk spool, stream
  * backpressure, a topic still waiting for its partition count) goes to admit_py whole,
  * before any side effect, so the Python intake decides it exactly as it does alone.
- * The steps and their order mirror admit_py, Topic.choose_any/choose_keyed
- * (route/router.py) and Appender.append (route/appender.py); the differential tests
- * run one workload through both and compare every batch, frame and discard. */
+ * The steps and their order mirror admit_py and the one admission rule it shares with
+ * the spool's replay and the messages that waited for their topic: prepare() and
+ * Appender.place/append (route/appender.py), Topic.choose (route/router.py); the
+ * differential tests run one workload through both and compare every batch, frame and
+ * discard. */
 
 /* The attribute names looked up (pb_admitter_names; declared in native/contract.py). */
 PyObject *S_max_message_bytes, *S_rate_budget, *S_key_hash, *S_buffered_bytes,

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from pulsar_bruce.batch.batch_builder import encode_key_field
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation
+from pulsar_bruce.model.ledger import memory_charge
 from pulsar_bruce.producer.partition_producer import PartitionProducer
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.router import Topic, WaitingMessage
 
 
 class BatchEvents(Protocol):
@@ -60,10 +62,31 @@ class Appender:
             producer.seal()
             self.events.batch_sealed(producer)
 
+    def place(
+        self,
+        topic: Topic,
+        key_field: bytes,
+        timestamp: int,
+        data: bytes,
+        value_offset: int,
+        partition_key: int,
+        charge: int,
+        confirmation: Confirmation | None,
+    ) -> None:
+        """Route an accepted message to its partition's batch (see :func:`prepare`), or keep
+        it waiting for the topic's partition count: the one rule for new, replayed and
+        waiting messages (the compiled admitter is its fast path)."""
+        if topic.producers:
+            producer = topic.choose(partition_key)
+            self.append(producer, key_field, timestamp, data, value_offset, charge, confirmation)
+        else:
+            message = (key_field, timestamp, data, value_offset, partition_key, charge)
+            topic.unrouted.append(WaitingMessage(*message, confirmation))
+
     def queue_sealed(self, topic: Topic, partition: int, batch: SealedBatch) -> None:
         """A batch back from the spool goes to its partition (or any, if that is gone)."""
         producers = topic.producers
-        producer = producers[partition] if 0 <= partition < len(producers) else topic.choose_any()
+        producer = producers[partition] if 0 <= partition < len(producers) else topic.choose(-1)
         if producer.unjournalled is not None:
             producer.unjournalled.append(batch)
         if batch.sequence_id >= 0:
@@ -79,17 +102,28 @@ class Appender:
             self.queue_sealed(topic, partition, batch)
         waiting, topic.unrouted = topic.unrouted, []
         for message in waiting:
-            key = message.partition_key
-            producer = topic.choose_any() if key < 0 else topic.choose_keyed(key)
-            self.append(
-                producer,
+            self.place(
+                topic,
                 message.key_field,
                 message.timestamp,
                 message.data,
                 message.value_offset,
+                message.partition_key,
                 message.charge,
                 message.confirmation,
             )
+
+
+def prepare(
+    topic: Topic, partition_key: int, key: bytes, fields: bytes, payload_size: int
+) -> tuple[bytes, int, int]:
+    """What a parsed message becomes before it is placed: its metadata fields (a Message
+    record's properties, then the key), its partition key (a key hashed like a Java
+    producer's on a topic with key routing) and its memory charge."""
+    if key and partition_key < 0 and topic.key_hash is not None:
+        partition_key = topic.key_hash(key)
+    key_field = fields + encode_key_field(key) if key else fields
+    return key_field, partition_key, memory_charge(key_field, payload_size)
 
 
 def keep_sequence_ids(producer: PartitionProducer, batch: SealedBatch) -> None:

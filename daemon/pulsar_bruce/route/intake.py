@@ -27,12 +27,12 @@ from pulsar_bruce import reasons
 from pulsar_bruce.batch.batch_builder import encode_key_field
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation
-from pulsar_bruce.model.ledger import ENTRY_OVERHEAD, Ledger, memory_charge
+from pulsar_bruce.model.ledger import ENTRY_OVERHEAD, Ledger
 from pulsar_bruce.native import compiled
 from pulsar_bruce.parse.datagram import parse_datagram
-from pulsar_bruce.route.appender import Appender
+from pulsar_bruce.route.appender import Appender, prepare
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.router import Topic, WaitingMessage
+from pulsar_bruce.route.router import Topic
 from pulsar_bruce.route.topics import TopicRegistry
 from pulsar_bruce.spool.journal_records import Recovered
 from pulsar_bruce.spool.policy import SpoolPolicy
@@ -75,7 +75,7 @@ class Intake:
         self.topics = topics
         self._topic_of = topics.by_bytes.get
         self.appender = appender
-        self._append = appender.append
+        self._place = appender.place
         self.ledger = ledger
         self._accept = ledger.accept
         self.policy = policy
@@ -116,25 +116,15 @@ class Intake:
         budget = topic.rate_budget
         if budget is not None and budget <= 0:
             return self._reject(reasons.RATE_LIMITED, data, tag, topic)
-        if key and partition_key < 0 and topic.key_hash is not None:
-            partition_key = topic.key_hash(key)  # key routing: hashed like a Java producer
-        key_field = encode_key_field(key) if key else b""
-        if fields:  # a Message record's properties: metadata fields before the key
-            key_field = fields + key_field
-        charge = memory_charge(key_field, len(data) - value_offset)
+        key_field, partition_key, charge = prepare(
+            topic, partition_key, key, fields, len(data) - value_offset
+        )
         ledger = self.ledger
         if ledger.buffered_bytes + charge <= self.policy.memory_limit:  # policy.room_for(charge)
             self._accept(charge)
             if tag is not None:
                 tag.outstanding += 1
-            if topic.producers:
-                producer = (
-                    topic.choose_any() if partition_key < 0 else topic.choose_keyed(partition_key)
-                )
-                self._append(producer, key_field, timestamp, data, value_offset, charge, tag)
-            else:  # waits for the partition count
-                waiting = (key_field, timestamp, data, value_offset, partition_key, charge, tag)
-                topic.unrouted.append(WaitingMessage(*waiting))
+            self._place(topic, key_field, timestamp, data, value_offset, partition_key, charge, tag)
         elif tag is not None:
             if charge > self.policy.buffer_max_bytes:  # would never fit: not worth waiting for
                 return self._reject(reasons.TOO_LARGE, data, tag, topic)
@@ -196,10 +186,9 @@ class Intake:
             self.outcomes.refused(reason, data, sample=True)
             return
         _, partition_key, timestamp, key, value_offset, fields = parsed
-        if topic.key_hash is not None and partition_key < 0 and key:
-            partition_key = topic.key_hash(key)
-        key_field = fields + encode_key_field(key) if key else fields
-        charge = memory_charge(key_field, len(data) - value_offset)
+        key_field, partition_key, charge = prepare(
+            topic, partition_key, key, fields, len(data) - value_offset
+        )
         if previous_run:
             ledger.readmit(1, charge)
         else:
@@ -208,12 +197,7 @@ class Intake:
             ledger.discard(reasons.TOO_LARGE, 1, charge, topic.stats)
             self.outcomes.refused(reasons.TOO_LARGE, data, sample=False)
             return
-        if not topic.producers:
-            waiting = (key_field, timestamp, data, value_offset, partition_key, charge, None)
-            topic.unrouted.append(WaitingMessage(*waiting))
-            return
-        producer = topic.choose_any() if partition_key < 0 else topic.choose_keyed(partition_key)
-        self._append(producer, key_field, timestamp, data, value_offset, charge, None)
+        self._place(topic, key_field, timestamp, data, value_offset, partition_key, charge, None)
 
     def replay_journal(self, recovered: Recovered) -> None:
         """What a crashed run's journal still owed: received (again) now, in its order."""

@@ -90,6 +90,11 @@ class Topic:
             return self.producers
         return [p for p in self.producers if p.producer_id not in self.borrowed]
 
+    def choose(self, partition_key: int) -> PartitionProducer:
+        """The producer for a message: :meth:`choose_any` for AnyPartition (``-1``), else
+        :meth:`choose_keyed`."""
+        return self.choose_any() if partition_key < 0 else self.choose_keyed(partition_key)
+
     def choose_any(self) -> PartitionProducer:
         """AnyPartition: stay on the current partition until its batch is sealed."""
         producers = self.producers
