@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import signal
 import socket
@@ -24,9 +25,9 @@ from typing import Any
 from pulsar_bruce.config import TOPIC_OPTIONS, Config, ConfigError
 from pulsar_bruce.config.names import stable_producer_name
 from pulsar_bruce.connection.pool import ConnectionPool
-from pulsar_bruce.input.socket_reader import DatagramReader, datagram_reader
+from pulsar_bruce.input.pipeline import Pipeline
+from pulsar_bruce.input.socket_reader import DatagramReader
 from pulsar_bruce.input.stream_server import StreamServer
-from pulsar_bruce.input.stream_session import RecordBudget
 from pulsar_bruce.input.unix_sockets import open_unix_socket
 from pulsar_bruce.metrics.http import MetricsServer
 from pulsar_bruce.metrics.registry import Metrics, SpoolGauges
@@ -74,21 +75,15 @@ class Server:
             if config.spool_dir and config.spool_journal
             else None
         )
-        self.metrics = Metrics(
-            self.ledger,
-            lambda: self.topics.registry,
-            lambda: len(self.pool.connections),
-            self._spool_gauges,
-        )
-        self.outcomes = Outcomes(self.ledger, discard_log_of(config), self.metrics)
+        self.outcomes = Outcomes(self.ledger, discard_log_of(config))
+        self.outcomes.journal = self.journal
         self.policy = SpoolPolicy(
             self.ledger,
             config.buffer_max_bytes,
             self.store,
             config.spool_after_s,
-            refused=lambda reason, data: self.outcomes.refused(reason, data, sample=False),
+            refused=functools.partial(self.outcomes.refused, sample=False),
         )
-        self.outcomes.journal = self.journal
         self.topic_settings = TopicConfigurator(config)
         self.topics = TopicManager(
             self.pool,
@@ -103,6 +98,11 @@ class Server:
             metadata_refresh_s=config.metadata_refresh_s,
         )
         self.topics.journal = self.journal
+        registry, pool = self.topics.registry, self.pool
+        self.metrics = Metrics(
+            self.ledger, lambda: registry, lambda: len(pool.connections), self._spool_gauges
+        )
+        self.outcomes.observer = self.metrics
         self.intake = Intake(
             self.topics.registry,
             self.topics.appender,
@@ -116,13 +116,14 @@ class Server:
                 self.store,
                 self.policy,
                 self.intake,
-                broker_reachable=lambda: bool(self.pool.connections),
+                broker_reachable=lambda: bool(pool.connections),
                 after_replay=self.topics.flush_dirty,
                 journal=self.journal,
             )
             if self.store is not None
             else None
         )
+        self.pipeline = Pipeline(self.intake, self.policy, self.topics, self.journal)
         self.reader: DatagramReader | None = None
         self.stream_server: StreamServer | None = None
         self.metrics_server: MetricsServer | None = None
@@ -178,29 +179,16 @@ class Server:
         if self.journal is not None:  # what a crash left, before anything new
             self.intake.replay_journal(self.journal.open())
             self.journal.drop_previous()
-        self.reader = datagram_reader(
-            datagram_socket,
-            self.intake.admit,
-            self._after_drain,
-            self.intake.max_message_bytes,
-            self.intake.admit_datagrams,
-            journal_sync=self._journal_slab if self.journal is not None else None,
-        )
+        self.reader = self.pipeline.datagram_reader(datagram_socket)
         self.reader.start()
         stream_path = config.stream_socket_path
         if stream_path is not None or stream_socket is not None:
-            self.stream_server = StreamServer(
+            self.stream_server = self.pipeline.stream_server(
                 stream_path or "",
                 config.socket_mode,
-                self.intake,
-                self._after_drain,
-                group=config.socket_group,
-                max_connections=self._stream_connection_cap(),
-                budget=RecordBudget(
-                    lambda: self.intake.max_message_bytes,
-                    config.buffer_max_bytes,
-                    lambda: self.ledger.buffered_bytes,
-                ),
+                config.socket_group,
+                self._stream_connection_cap(),
+                config.buffer_max_bytes,
             )
             await self.stream_server.start(stream_socket)
         if self.spooler is not None:
@@ -318,11 +306,6 @@ class Server:
 
     # -- edges ---------------------------------------------------------------------------
 
-    def _after_drain(self) -> None:
-        """Once per socket drain: write what the spool holds, then the sealed batches."""
-        self.policy.write_held()
-        self.topics.flush_dirty()
-
     def _stream_connection_cap(self) -> int:
         """``--stream-max-connections``, lowered if the descriptor limit would not leave a
         reserve for /metrics, broker connections and the spool (said in one line)."""
@@ -337,11 +320,6 @@ class Server:
                 cap, requested, limit, descriptors.RESERVE,
             )  # fmt: skip
         return cap
-
-    def _journal_slab(self, peeked: int) -> None:
-        """After each slab: journal it, then take the ``peeked`` datagrams off the queue."""
-        assert self.journal is not None and self.reader is not None
-        self.journal.sync((self.reader.sock.fileno(), peeked) if peeked else None)
 
     def _open_input_sockets(self) -> tuple[socket.socket, socket.socket | None]:
         """The sockets systemd passed us (socket activation), else our own at --socket."""

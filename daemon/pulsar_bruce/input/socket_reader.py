@@ -87,9 +87,9 @@ class DatagramReader:
         self._handle = handle
         self._after_drain = after_drain
         #: With a write-ahead journal: called after each slab read on the loop (every
-        #: ``SLAB`` datagrams for the Python reader) with how many it peeked (0: read), for
-        #: the journal to write, then take the peeked ones off the queue.
-        self.after_slab: Callable[[int], None] | None = None
+        #: ``SLAB`` datagrams for the Python reader) with (socket fd, datagrams peeked), or
+        #: None when not peeking, for the journal to write, then take the slab off the queue.
+        self.after_slab: Callable[[tuple[int, int] | None], None] | None = None
         #: Reads leave the datagrams queued (MSG_PEEK, SO_PEEK_OFF) until ``after_slab``.
         self.peek = False
         # One byte more than the limit, so an oversized datagram is seen as such, not
@@ -150,13 +150,17 @@ class DatagramReader:
                 count += 1
                 unsettled += 1
                 if after_slab is not None and unsettled == SLAB:
-                    after_slab(unsettled if flags else 0)
+                    after_slab(self._peeked(unsettled))
                     unsettled = 0
         except (BlockingIOError, InterruptedError):
             pass
         if after_slab is not None and unsettled:
-            after_slab(unsettled if flags else 0)
+            after_slab(self._peeked(unsettled))
         return count
+
+    def _peeked(self, count: int) -> tuple[int, int] | None:
+        """What ``after_slab`` is told: (socket fd, ``count``) when peeking, else None."""
+        return (self.sock.fileno(), count) if self.peek else None
 
     def start_peeking(self) -> bool:
         """Leave what is read queued until the journal has it (False: the kernel cannot)."""
@@ -252,7 +256,6 @@ class ThreadedDatagramReader(DatagramReader):
         read_now = self._receiver.read_now
         admit_run = self.admit_run
         after_slab = self.after_slab
-        peek = self.peek
         count = 0
         while count < limit:
             datagrams = read_now(limit - count)
@@ -261,7 +264,7 @@ class ThreadedDatagramReader(DatagramReader):
             admit_run(datagrams)
             count += len(datagrams)
             if after_slab is not None:
-                after_slab(len(datagrams) if peek else 0)
+                after_slab(self._peeked(len(datagrams)))
         return count
 
     def start_peeking(self) -> bool:
@@ -278,7 +281,7 @@ def datagram_reader(
     max_datagram_bytes: int,
     admit_run: Callable[[list[bytes]], object] | None = None,
     *,
-    journal_sync: Callable[[int], None] | None = None,
+    journal_sync: Callable[[tuple[int, int] | None], None] | None = None,
 ) -> DatagramReader:
     """The compiled intake's threaded reader where it is built, else the Python one.
 

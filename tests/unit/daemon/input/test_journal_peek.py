@@ -21,7 +21,7 @@ MAX = 64
 def reader_on(reader_class: type, receiver: socket.socket, slabs: list[int]) -> tuple:
     handled: list[bytes] = []
     reader = reader_class(receiver, handled.append, lambda: None, MAX)
-    reader.after_slab = slabs.append  # records the slab sizes; consumes nothing
+    reader.after_slab = lambda consume: slabs.append(consume[1])  # records; consumes nothing
     assert reader.start_peeking()
     return reader, handled
 
