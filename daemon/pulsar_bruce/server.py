@@ -29,6 +29,7 @@ from pulsar_bruce.input.pipeline import Pipeline
 from pulsar_bruce.input.socket_reader import DatagramReader
 from pulsar_bruce.input.stream_server import StreamServer
 from pulsar_bruce.input.unix_sockets import open_unix_socket
+from pulsar_bruce.lifecycle.topic_manager import TopicManager
 from pulsar_bruce.metrics.http import MetricsServer
 from pulsar_bruce.metrics.registry import Metrics, SpoolGauges
 from pulsar_bruce.metrics.status import status_document
@@ -36,7 +37,6 @@ from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.producer.delivery import DeliveryPolicy
 from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.topic_manager import TopicManager
 from pulsar_bruce.route.topic_settings import TopicConfigurator
 from pulsar_bruce.service import descriptors, shutdown, systemd
 from pulsar_bruce.service.wiring import connection_security, discard_log_of

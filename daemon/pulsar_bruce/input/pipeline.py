@@ -20,8 +20,8 @@ import socket
 from pulsar_bruce.input.socket_reader import DatagramReader, datagram_reader
 from pulsar_bruce.input.stream_server import StreamServer
 from pulsar_bruce.input.stream_session import RecordBudget
+from pulsar_bruce.lifecycle.topic_manager import TopicManager
 from pulsar_bruce.route.intake import Intake
-from pulsar_bruce.route.topic_manager import TopicManager
 from pulsar_bruce.spool.journal import Journal
 from pulsar_bruce.spool.policy import SpoolPolicy
 

@@ -21,6 +21,7 @@ from typing import Any
 from pulsar_bruce import reasons
 from pulsar_bruce.connection.broker_connection import ConnectionClosedError, ServerError
 from pulsar_bruce.connection.pool import ConnectionPool, TopicLookupError
+from pulsar_bruce.lifecycle.rate_limit import RateLimiter
 from pulsar_bruce.parse.topic import is_partition_name, partition_name
 from pulsar_bruce.producer.backoff import Backoff
 from pulsar_bruce.producer.delivery import DeliveryPolicy
@@ -29,7 +30,6 @@ from pulsar_bruce.producer.faults import is_permanent
 from pulsar_bruce.producer.partition_producer import PartitionProducer
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.rate_limit import RateLimiter
 from pulsar_bruce.route.router import Topic
 from pulsar_bruce.route.topic_settings import TopicConfigurator
 from pulsar_bruce.route.topics import TopicRegistry
