@@ -23,8 +23,9 @@ its rows again. The task side is :mod:`to_pulsar.spark_task`.
 
 Spark hands rows to a Python data source as Arrow batches, so the format needs
 pyarrow in the Python Spark runs for its workers. :func:`write` (and
-:func:`foreach_batch` for streams) do the same through ``df.rdd``, rows pickled
-to the executors: there, nothing is needed but the daemon.
+:func:`foreach_batch` for streams) do the same from the driver: with Arrow
+batches too (``mapInArrow``) where the executors have pyarrow, else through
+``df.rdd``, rows pickled to the executors, needing nothing there but the daemon.
 
 Options: ``socket`` (the daemon's stream socket, or its datagram socket meaning
 the stream socket beside it; default ``$TO_PULSAR_STREAM_SOCKET`` on the
@@ -72,7 +73,15 @@ from pyspark.sql.types import StructType
 
 from .protocol import FlushResult
 from .spark_plan import OPTIONS, plan_write, write_options
-from .spark_task import INVALID, TaskPlan, TaskResult, ToPulsarSparkError
+from .spark_task import (
+    INVALID,
+    RESULT_SCHEMA,
+    TaskPlan,
+    TaskResult,
+    ToPulsarSparkError,
+    executor_has_arrow,
+    freeze_worker_once,
+)
 
 try:  # pyspark >= 4.1: the stream writer gets Arrow batches too
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
@@ -168,7 +177,7 @@ def ship(spark: SparkSession) -> None:
         context.addPyFile(str(archive))
 
 
-# -- write(): rows through df.rdd, nothing needed on the executors ----------------------------
+# -- write(): the format's work from the driver, Arrow where the executors have it -------------
 
 
 @dataclass(frozen=True)
@@ -186,7 +195,7 @@ def _narrow(df: DataFrame, plan: TaskPlan) -> tuple[DataFrame, TaskPlan]:
     (pyspark would hand them out as naive local datetimes)."""
     from pyspark.sql import functions
 
-    names = ("value", "key", "partition_key", "topic_column", "timestamp")
+    names = ("value", "key", "partition_key", "topic_column", "properties", "timestamp")
     used = [name for name in names if getattr(plan, name) is not None]
     columns = []
     for name in used:
@@ -200,12 +209,49 @@ def _narrow(df: DataFrame, plan: TaskPlan) -> tuple[DataFrame, TaskPlan]:
     return df.select(*columns), dataclasses.replace(plan, timestamp_kind=kind, **positions)
 
 
+#: applicationId -> whether its executors' Python has pyarrow (asked once per application).
+_ARROW_ON_EXECUTORS: dict[str, bool] = {}
+
+
+def _executors_have_arrow(spark: SparkSession) -> bool:
+    """Ask one executor (one tiny job, once per application) whether its Python has pyarrow:
+    then write() takes the format's path, Arrow batches straight to records."""
+    try:
+        context = spark.sparkContext
+    except Exception:  # Spark Connect: no RDDs, so no row path either
+        return True
+    known = _ARROW_ON_EXECUTORS.get(context.applicationId)
+    if known is None:
+        try:
+            answers = context.parallelize([0], 1).mapPartitions(executor_has_arrow).collect()
+        except Exception:  # the row path will fail with the real error
+            answers = [False]
+        known = _ARROW_ON_EXECUTORS[context.applicationId] = all(answers)
+    return known
+
+
+def _run_tasks(rows: DataFrame, plan: TaskPlan) -> list[TaskResult]:
+    """Every partition through ``plan``: as Arrow batches (``mapInArrow``, as the format's
+    tasks get them) where the executors have pyarrow, else as Rows through ``df.rdd``."""
+    if _executors_have_arrow(rows.sparkSession):
+        try:
+            results = rows.mapInArrow(plan.write_arrow, RESULT_SCHEMA)
+        except ImportError:  # no pandas or pyarrow on the driver (mapInArrow's needs)
+            pass
+        else:
+            return [
+                TaskResult(row.rows, row.acked, dict(row.discarded or {}), row.host)
+                for row in results.collect()
+            ]
+    return rows.rdd.mapPartitions(plan.write_partition).collect()
+
+
 def _write_rows(df: DataFrame, options: dict[str, str], what: str) -> WriteSummary:
     plan = plan_write(options, df.schema)
     ship(df.sparkSession)
     rows, plan = _narrow(df, plan)
     try:
-        results: list[TaskResult] = rows.rdd.mapPartitions(plan.write_partition).collect()
+        results = _run_tasks(rows, plan)
     except Exception as exc:  # Spark's wrapping of the failed task's exception
         match = _TASK_ERROR.search(str(exc))
         if match is None:
@@ -218,8 +264,9 @@ def _write_rows(df: DataFrame, options: dict[str, str], what: str) -> WriteSumma
 
 def write(df: DataFrame, **options: object) -> WriteSummary:
     """Write ``df`` as ``df.write.format("to_pulsar")`` would, with the same options, checks
-    and per-task commit-on-ack, but through ``df.rdd``: the executors' Python needs neither
-    pyarrow nor ``to_pulsar`` installed. Returns once every task's rows are acked; raises
+    and per-task commit-on-ack, and as fast where the executors' Python has pyarrow (the
+    tasks get Arrow batches, through ``mapInArrow``); where it has not, through ``df.rdd``,
+    needing nothing there. Returns once every task's rows are acked; raises
     :class:`ToPulsarSparkError` with the failed task's message otherwise."""
     return _write_rows(df, write_options(options), "write")
 
@@ -302,6 +349,7 @@ class _BatchWriter(DataSourceArrowWriter):
         self.plan = plan
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        freeze_worker_once()
         return ToPulsarCommitMessage.of(self.plan.write(iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -316,6 +364,7 @@ class _StreamWriter(_StreamWriterBase):
         self.plan = plan
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        freeze_worker_once()
         return ToPulsarCommitMessage.of(self.plan.write(iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

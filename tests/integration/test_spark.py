@@ -127,6 +127,67 @@ def test_a_properties_column_arrives_as_message_properties(
     }
 
 
+def test_write_takes_the_formats_arrow_path_where_the_executors_have_pyarrow(
+    spark: Any, broker: Broker, start_daemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """to_pulsar.spark.write() asks an executor once whether its Python has pyarrow; these
+    have it, so the tasks get Arrow batches (mapInArrow), as the format's do, never Rows
+    through df.rdd: every column, discards and the failing task's message included; and
+    foreach_batch() for streams, which calls it."""
+    import to_pulsar.spark
+    from pyspark.sql import DataFrame
+
+    def no_rdd(self: Any) -> Any:
+        raise AssertionError("write() went through df.rdd")
+
+    monkeypatch.setattr(DataFrame, "rdd", property(no_rdd))
+    daemon, stream = start(start_daemon, broker, tmp_path, "--max-message-bytes", "1024")
+    topic = f"spark-write-arrow-{uuid.uuid4().hex[:8]}"
+    daemon.warm_up(topic, 4)
+    n = 3000
+    df = spark.range(n, numPartitions=3).selectExpr(
+        "CASE WHEN id = 7 THEN repeat('x', 2000) ELSE concat('v-', id) END AS value",
+        "cast(concat('k', id) AS binary) AS key",
+        "id AS partition_key",
+        f"timestamp_millis({BASE_MS} + id) AS timestamp",
+        "CASE WHEN id % 2 = 0 THEN map('row', cast(id AS string)) END AS properties",
+        "id * 2 AS other",
+    )
+    with pytest.raises(to_pulsar.spark.ToPulsarSparkError) as info:  # another topic: the
+        to_pulsar.spark.write(df, topic=f"{topic}-f", socket=stream)  # other tasks may run
+    assert "1 of 1000 rows were not delivered (too_large 1), 999 acked" in str(info.value)
+    summary = to_pulsar.spark.write(df, topic=topic, socket=stream, tolerateDiscards=True)
+    assert summary == to_pulsar.spark.WriteSummary(3, n, n - 1, {"too_large": 1})
+    assert to_pulsar.spark._ARROW_ON_EXECUTORS[spark.sparkContext.applicationId] is True
+
+    messages = [m for m in consume(broker.url, full(topic), n, 120) if m.value != b"warm-up"]
+    assert len(messages) == n - 1
+    by_id = {int(m.value.decode().removeprefix("v-")): m for m in messages}
+    assert sorted(by_id) == [i for i in range(n) if i != 7]
+    for i, message in by_id.items():
+        assert (message.key, message.partition, message.event_time) == (f"k{i}", i % 4, BASE_MS + i)
+        assert message.properties == ({"row": str(i)} if i % 2 == 0 else {})
+
+    # foreach_batch: each micro-batch through write(), so through Arrow too.
+    source = tmp_path / "in"
+    source.mkdir()
+    for f in range(2):
+        (source / f"{f}.json").write_text("".join(f'{{"id": {f * 5 + i}}}\n' for i in range(5)))
+    query = (
+        spark.readStream.schema("id BIGINT").option("maxFilesPerTrigger", 1).json(str(source))
+        .selectExpr("concat('s-', id) AS value")
+        .writeStream.foreachBatch(to_pulsar.spark.foreach_batch(topic=f"{topic}-s", socket=stream))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )  # fmt: skip
+    assert query.awaitTermination(120), "the query did not finish"
+    assert query.exception() is None
+    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [5, 5]
+    streamed = consume(broker.url, full(f"{topic}-s"), 10)
+    assert sorted(m.value for m in streamed) == sorted(f"s-{i}".encode() for i in range(10))
+
+
 def test_streaming_query_delivers_every_micro_batch(
     spark: Any, broker: Broker, start_daemon, tmp_path: Path
 ) -> None:

@@ -404,3 +404,48 @@ def test_a_properties_column_becomes_message_properties(fake: FakeStreamDaemon) 
                                                {"n": "1"})  # fmt: skip
     with pytest.raises(ToPulsarSparkError, match="map<string,string>"):
         plan(schema(value=StringType(), properties=MapType(StringType(), IntegerType())), topic="t")
+
+
+def test_write_arrow_is_write_with_one_arrow_row_for_the_driver(fake: FakeStreamDaemon) -> None:
+    """What write() runs in mapInArrow where the executors have pyarrow: the task as the
+    format's, its outcome as one row of RESULT_SCHEMA."""
+    from to_pulsar.spark_task import RESULT_SCHEMA, executor_has_arrow
+
+    def policy(flush: Flush) -> bytes:
+        return flush_response(flush.request_id, len(flush.records) - 1, {"too_large": 1})
+
+    fake.policy = policy
+    p = plan(FULL, topic="default", socket=str(fake.path), tolerateDiscards="true")
+    (result,) = list(p.write_arrow(iter([arrow_batch()])))
+    assert RESULT_SCHEMA.startswith("rows BIGINT, acked BIGINT, discarded MAP<STRING, BIGINT>")
+    assert result.schema.names == ["rows", "acked", "discarded", "host"]
+    assert result.schema.field("discarded").type == pa.map_(pa.string(), pa.int64())
+    row = result.to_pylist()[0]
+    assert row == {"rows": 3, "acked": 2, "discarded": [("too_large", 1)], "host": row["host"]}
+    assert fake.message_records()[0] == encode_any_partition("default", b"a", b"k1", MS)
+    assert list(executor_has_arrow(iter([0]))) == [True]
+
+
+def test_a_reused_spark_worker_is_frozen_once_and_nothing_else_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pyspark's reused workers gc.collect() after every task: the first to_pulsar task
+    freezes what is alive then, once; any other process (these tests) is left alone."""
+    import gc
+
+    from to_pulsar import spark_task
+
+    monkeypatch.setattr(spark_task, "_frozen", False)
+    monkeypatch.delenv("SPARK_REUSE_WORKER", raising=False)
+    before = gc.get_freeze_count()
+    spark_task.freeze_worker_once()
+    assert gc.get_freeze_count() == before and not spark_task._frozen
+    monkeypatch.setenv("SPARK_REUSE_WORKER", "1")
+    try:
+        spark_task.freeze_worker_once()
+        frozen = gc.get_freeze_count()
+        assert frozen > before and spark_task._frozen
+        spark_task.freeze_worker_once()
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
