@@ -22,28 +22,54 @@ def consume(
     service_url: str, topic: str, count: int, timeout: float = 30.0, **client_options: Any
 ) -> list[Received]:
     """Read ``count`` messages from the beginning of ``topic`` with the official client;
-    ``client_options``: more ``pulsar.Client`` arguments (``authentication``, TLS files)."""
+    ``client_options``: more ``pulsar.Client`` arguments (``authentication``, TLS files).
+
+    pulsar-lite's consumers sometimes stall a partition (messages stored and acked, never
+    delivered to that subscription): when a subscription has delivered nothing for
+    ``STALL_S`` and is still short of ``count``, a fresh one reads from the start again,
+    until ``timeout``; the most messages one subscription delivered are returned.
+    """
     import pulsar
 
     client = pulsar.Client(
         service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error), **client_options
     )
+    deadline = time.monotonic() + timeout
+    best: list[Received] = []
     try:
-        consumer = client.subscribe(
-            topic,
-            f"test-{time.monotonic_ns()}",
-            initial_position=pulsar.InitialPosition.Earliest,
-        )
-        messages: list[Received] = []
-        deadline = time.monotonic() + timeout
+        while len(best) < count and time.monotonic() < deadline:
+            messages = _read(client, topic, count, deadline)
+            if len(messages) > len(best):
+                best = messages
+        return best
+    finally:
+        client.close()
+
+
+#: Seconds without a message, short of the count, after which a subscription is renewed.
+STALL_S = 8.0
+
+
+def _read(client: Any, topic: str, count: int, deadline: float) -> list[Received]:
+    """One subscription from the earliest message: until ``count``, the deadline, or a stall."""
+    import pulsar
+
+    consumer = client.subscribe(
+        topic, f"test-{time.monotonic_ns()}", initial_position=pulsar.InitialPosition.Earliest
+    )
+    messages: list[Received] = []
+    last = time.monotonic()
+    try:
         while len(messages) < count:
-            remaining_ms = int((deadline - time.monotonic()) * 1000)
-            if remaining_ms <= 0:
+            now = time.monotonic()
+            remaining_ms = int((deadline - now) * 1000)
+            if remaining_ms <= 0 or now - last > STALL_S:
                 break
             try:
                 message = consumer.receive(min(remaining_ms, 2000))
             except pulsar.Timeout:
                 continue
+            last = time.monotonic()
             name = message.topic_name()
             match = re.search(r"-partition-(\d+)$", name)
             messages.append(
@@ -57,6 +83,6 @@ def consume(
                 )
             )
             consumer.acknowledge(message)
-        return messages
     finally:
-        client.close()
+        consumer.close()
+    return messages
