@@ -251,7 +251,10 @@ def test_broker_sigkill_mid_stream_loses_and_duplicates_nothing(
     sent = sender.finish(60)
     assert sender.error is None, f"sending failed: {sender.error!r}"
     assert len(sent) == n
-    counters = settled(daemon, 1 + n, timeout=90)
+    # After a SIGKILL the restarted standalone may answer ServiceNotReady (ledger recovery,
+    # "not enough bookies") for a while, and a producer refused often enough backs off up
+    # to a minute (as the Java client does): wait for one such round more than that.
+    counters = settled(daemon, 1 + n, timeout=180)
     assert_accounting(counters, 1 + n, lambda: evidence(daemon, apache))
     read = read_back(apache.url, topic, 1 + n)
     read.pop(b"warm-up", None)
