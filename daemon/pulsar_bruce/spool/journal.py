@@ -53,6 +53,10 @@ class _WaitGroup:
         self.count = 0
         self.last: object = None
 
+    def reset(self) -> None:
+        """Its messages were routed, discarded or journalled afresh: a new group next time."""
+        self.journal, self.count, self.last = None, 0, None
+
 
 _Holder = BatchBuilder | SealedBatch | _WaitGroup
 
@@ -132,7 +136,7 @@ class Journal:
         """After a drain (or a slab): journal every batch touched and every waiting message,
         in one write.  ``consume`` (socket fd, count): the slab was peeked; take it off the
         socket's queue right after the write (see ``SegmentFiles.append``)."""
-        if self.files.stopped is None:
+        if self.stopped is None:
             touched = self._touched
             for producer in list(touched):
                 self.sync_producer(producer)
@@ -146,7 +150,7 @@ class Journal:
     def sync_producer(self, producer: PartitionProducer) -> None:
         """Journal ``producer``'s newly queued batches and its open batch's new bytes."""
         where = self._where.get(producer.producer_id)
-        if where is None or self.files.stopped is not None:
+        if where is None or self.stopped is not None:
             return
         queued = producer.unjournalled
         if queued:
@@ -282,7 +286,7 @@ class Journal:
         if group.journal is not None and (topic.producers or emptied):
             self._out.append(jr.wait_done(group.journal.item))  # routed or discarded
             self._release(group.journal.item)
-            group.journal, group.count, group.last = None, 0, None
+            group.reset()
         for partition, batch in topic.unrouted_batches:
             if batch.journal is None:
                 self._queued(batch, (topic.name.encode(), partition))
@@ -335,7 +339,7 @@ class Journal:
             if isinstance(holder, _WaitGroup):
                 self._out.append(jr.wait_done(item))
                 self._release(item)
-                holder.journal, holder.count, holder.last = None, 0, None  # journalled afresh
+                holder.reset()  # journalled afresh by the next sync
                 continue
             entry.segments.remove(oldest)
             self._segment_items[oldest].discard(item)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pulsar_bruce.model.vocabulary import FsyncPolicy
 from pulsar_bruce.native import compiled
-from pulsar_bruce.spool.layout import JOURNAL_PREFIX, is_journal_name, journal_name
+from pulsar_bruce.spool.layout import is_journal_name, journal_name, journal_number
 
 log = logging.getLogger(__name__)
 retry_log = logging.getLogger(__name__ + ".retry")
@@ -68,7 +68,7 @@ class SegmentFiles:
                 log.error("journal %s: cannot read %s (%s); left alone", self.directory, name, exc)
                 continue
             self._previous.append(path)
-            last = max(last, int(name.removeprefix(JOURNAL_PREFIX).split(".", 1)[0]))
+            last = max(last, journal_number(name))
         self.start(last + 1)
         return contents
 

@@ -24,6 +24,11 @@ def is_journal_name(name: str) -> bool:
     return name.startswith(JOURNAL_PREFIX) and name.endswith(JOURNAL_SUFFIX) and middle.isdigit()
 
 
+def journal_number(name: str) -> int:
+    """The number of a journal segment named by :func:`journal_name`."""
+    return int(name.removeprefix(JOURNAL_PREFIX).removesuffix(JOURNAL_SUFFIX))
+
+
 def journal_name(number: int) -> str:
     return f"{JOURNAL_PREFIX}{number:010d}{JOURNAL_SUFFIX}"
 

@@ -55,6 +55,15 @@ def start(directory: Path, **options: Any) -> tuple[Journal, jr.Recovered]:
     return journal, recovered
 
 
+def one_producer(directory: Path) -> tuple[Journal, PartitionProducer]:
+    """A journal with one producer (partition 0 of ``t``) whose open batch it watches."""
+    journal, _ = start(directory)
+    p = producer()
+    journal.producer_added(p, "t", 0)
+    journal.touched(p)
+    return journal, p
+
+
 def crash_and_recover(directory: Path) -> jr.Recovered:
     """Another process reads the journal while this one is 'killed' (nothing more written)."""
     return jr.recover([p.read_bytes() for p in sorted(directory.glob("journal-*.log"))])
@@ -80,10 +89,7 @@ def test_an_open_batch_is_journalled_at_each_sync_and_recovered_in_order(tmp_pat
 
 
 def test_a_sent_batch_comes_back_under_its_producer_name_and_ids(tmp_path: Path) -> None:
-    journal, _ = start(tmp_path)
-    p = producer()
-    journal.producer_added(p, "t", 0)
-    journal.touched(p)
+    journal, p = one_producer(tmp_path)
     add(p, b"a", b"b")
     journal.sync()
     p.seal()
@@ -207,10 +213,7 @@ def test_waiting_messages_discarded_and_new_ones_arriving_are_told_apart(tmp_pat
 
 
 def test_the_halves_of_a_split_batch_replace_it(tmp_path: Path) -> None:
-    journal, _ = start(tmp_path)
-    p = producer()
-    journal.producer_added(p, "t", 0)
-    journal.touched(p)
+    journal, p = one_producer(tmp_path)
     add(p, b"1", b"2", b"3", b"4")
     journal.sync()
     p.seal()
@@ -230,10 +233,7 @@ def test_the_halves_of_a_split_batch_replace_it(tmp_path: Path) -> None:
 def test_a_restart_reads_what_was_left_numbers_after_it_and_drops_it_once_copied(
     tmp_path: Path,
 ) -> None:
-    journal, _ = start(tmp_path)
-    p = producer()
-    journal.producer_added(p, "t", 0)
-    journal.touched(p)
+    journal, p = one_producer(tmp_path)
     add(p, b"left")
     journal.sync()
     again, recovered = start(tmp_path)  # the first process was killed
@@ -252,10 +252,7 @@ def test_a_restart_reads_what_was_left_numbers_after_it_and_drops_it_once_copied
 
 
 def test_clean_close_deletes_the_journal(tmp_path: Path) -> None:
-    journal, _ = start(tmp_path)
-    p = producer()
-    journal.producer_added(p, "t", 0)
-    journal.touched(p)
+    journal, p = one_producer(tmp_path)
     add(p, b"x")
     journal.sync()
     journal.close()
@@ -271,10 +268,7 @@ def test_clean_close_deletes_the_journal(tmp_path: Path) -> None:
     ],
 )
 def test_damage_is_skipped_and_counted(tmp_path: Path, damage: str, lost: int) -> None:
-    journal, _ = start(tmp_path)
-    p = producer()
-    journal.producer_added(p, "t", 0)
-    journal.touched(p)
+    journal, p = one_producer(tmp_path)
     add(p, b"kept1", b"kept2")
     journal.sync()
     add(p, b"gone1", b"gone2")
@@ -308,10 +302,7 @@ def test_a_directory_named_like_a_segment_is_left_alone(
 def test_a_failed_write_is_retried_with_the_next_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    journal, _ = start(tmp_path)
-    p = producer()
-    journal.producer_added(p, "t", 0)
-    journal.touched(p)
+    journal, p = one_producer(tmp_path)
     real_write = os.write
     failures = iter([True])
 
