@@ -13,7 +13,7 @@ import socket
 
 from .core import check_timeout, connect_unix
 from .errors import SendTimeoutError, StreamProtocolError, ToPulsarError
-from .protocol import FlushResult, check_record
+from .protocol import FlushResult, check_record, encode_producer_record
 from .sending import AsyncSend, StreamEndpoint, closed_error
 from .stream import RECV_BYTES, SEND_FLAGS
 
@@ -53,6 +53,21 @@ class AsyncStreamSender(AsyncSend, StreamEndpoint):
         """Queue an already encoded AnyPartition/PartitionKey record."""
         check_record(record)
         await self._append(bytes(record))
+
+    async def publish_as(self, name: str, first_sequence_id: int = 0) -> None:
+        """Publish what is sent after this under producer ``name`` with sequence ids from
+        ``first_sequence_id`` (as :meth:`StreamSender.publish_as`); first on the connection."""
+        record = encode_producer_record(name, first_sequence_id)
+        self._check_open()
+        state = self._state
+        state.check_producer()
+        named = state.named
+        state.named = True  # sends queued behind this record are the named producer's
+        try:
+            await self._append(record, 0)
+        except BaseException:
+            state.named = named
+            raise
 
     async def flush(self, timeout: float | None = None) -> FlushResult:
         """Write out the buffer, wait for the daemon's counts (as :meth:`StreamSender.flush`)."""
@@ -146,11 +161,11 @@ class AsyncStreamSender(AsyncSend, StreamEndpoint):
             setattr(self, name, lock)
         return lock
 
-    async def _append(self, record: bytes) -> None:
+    async def _append(self, record: bytes, count: int = 1) -> None:
         self._check_open()
         state = self._state
         if not self._waiting and len(state.out) < self._chunk:
-            state.append(record)  # fast path: room in the buffer and nobody queued before us
+            state.append(record, count)  # fast path: room in the buffer, nobody queued before
             return
         self._waiting += 1
         try:
@@ -162,7 +177,7 @@ class AsyncStreamSender(AsyncSend, StreamEndpoint):
             raise self._write_timed_out(self._timeout) from None
         finally:
             self._waiting -= 1
-        state.append(record)
+        state.append(record, count)
 
     _submit = _append
 

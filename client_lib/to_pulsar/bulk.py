@@ -49,6 +49,8 @@ class Columns:
     timestamps: Sequence[Any] | None = None
     #: A mapping or ``(name, value)`` pairs per row; null or empty: no properties.
     properties: Sequence[Any] | None = None
+    #: Delayed delivery, milliseconds since the epoch; null: not delayed.
+    deliver_at: Sequence[Any] | None = None
 
     def __len__(self) -> int:
         return len(self.values)
@@ -89,9 +91,10 @@ def _row_by_row(columns: Columns, topic: str | None, now_ms: int) -> Encoded:
         nothing if columns.topics is None else columns.topics,
         nothing if columns.timestamps is None else columns.timestamps,
         nothing if columns.properties is None else columns.properties,
+        nothing if columns.deliver_at is None else columns.deliver_at,
         strict=True,
     )
-    for index, (value, key, partition_key, row_topic, timestamp, props) in enumerate(rows):
+    for index, (value, key, partition_key, row_topic, timestamp, props, at) in enumerate(rows):
         try:
             if row_topic is None:
                 row_topic = topic
@@ -104,6 +107,7 @@ def _row_by_row(columns: Columns, topic: str | None, now_ms: int) -> Encoded:
                 partition_key,
                 now_ms if timestamp is None else timestamp,
                 dict(props) if props else None,
+                at,
             )
         except InvalidMessageError as exc:
             invalid.append((index, str(exc)))
@@ -119,6 +123,8 @@ def _alike(columns: Columns, topic: str | None, now_ms: int) -> Encoded:
         return Encoded(b"", 0)
     if columns.properties is not None and any(columns.properties):
         raise _Unlike
+    if columns.deliver_at is not None and any(at is not None for at in columns.deliver_at):
+        raise _Unlike  # delayed rows: Message records, row by row
     any_pack, any_size, any_head, pk_pack, pk_size, pk_tail = _plain_heads[
         _one_topic(columns.topics, topic)
     ]

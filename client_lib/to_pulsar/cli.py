@@ -45,6 +45,7 @@ Examples:
   {PROG} --topic load-test --value-size 1024 --count 1000000 --progress
   {PROG} --confirm --topic orders --key o-17 --value '{{"total":3}}'
   {PROG} --topic orders --property source=web --property region=eu --value x
+  {PROG} --topic jobs --deliver-after-ms 60000 --value retry-me
 
 \b
 Load generation: --count N sends the message N times, message i due at
@@ -197,6 +198,26 @@ def _parse_properties(pairs: tuple[str, ...]) -> dict[str, str]:
     help="A message property (repeatable); sends pulsar-bruce's Message record.",
 )
 @click.option(
+    "--deliver-after-ms",
+    "--deliver_after_ms",
+    "deliver_after_ms",
+    metavar="MS",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Deliver to Shared/Key_Shared subscriptions MS ms after the daemon reads it "
+    "(the daemon's clock); sent unbatched.",
+)
+@click.option(
+    "--deliver-at",
+    "--deliver_at",
+    "deliver_at",
+    metavar="MS",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Deliver to Shared/Key_Shared subscriptions at this time, ms since the epoch; "
+    "sent unbatched.",
+)
+@click.option(
     "--timestamp",
     metavar="MS",
     type=int,
@@ -257,6 +278,8 @@ def command(
     key: str,
     partition_key: int | None,
     properties: dict[str, str],
+    deliver_after_ms: int | None,
+    deliver_at: int | None,
     timestamp: int | None,
     count: int,
     interval_us: int,
@@ -287,7 +310,11 @@ def command(
         # surrogateescape gives back the exact argv bytes, even if they are not UTF-8.
         payload = value.encode("utf-8", "surrogateescape")
     raw_key = key.encode("utf-8", "surrogateescape")
-    encode = encoder(topic, payload, raw_key, partition_key, properties)
+    if deliver_at is not None and deliver_after_ms is not None:
+        raise click.UsageError("give --deliver-at or --deliver-after-ms, not both")
+    encode = encoder(
+        topic, payload, raw_key, partition_key, properties, deliver_at, deliver_after_ms
+    )
     try:
         encode(0)  # validate before touching the socket: a bad message is a usage error
     except InvalidMessageError as exc:

@@ -25,10 +25,14 @@ def encoder(
     key: bytes,
     partition_key: int | None,
     properties: Mapping[str, str] | None = None,
+    deliver_at_ms: int | None = None,
+    deliver_after_ms: int | None = None,
 ) -> Callable[[int], bytes]:
     """Bind everything but the timestamp, which may change per send."""
-    if properties:
-        return lambda ts: encode_message_record(topic, value, key, ts, partition_key, properties)
+    if properties or deliver_at_ms is not None or deliver_after_ms is not None:
+        return lambda ts: encode_message_record(
+            topic, value, key, ts, partition_key, properties, deliver_at_ms, deliver_after_ms
+        )
     if partition_key is None:
         return lambda ts: encode_any_partition(topic, value, key, ts)
     return lambda ts: encode_partition_key(partition_key, topic, value, key, ts)

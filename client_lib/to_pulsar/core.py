@@ -84,9 +84,18 @@ def encode_message(
     partition_key: int | None,
     timestamp_ms: int | None,
     properties: Mapping[str, str] | None = None,
+    deliver_at_ms: int | None = None,
+    deliver_after_ms: int | None = None,
 ) -> bytes:
     """One AnyPartition (no ``partition_key``) or PartitionKey message, or with
-    ``properties`` a Message record; ``timestamp_ms`` None means now, 0 means no event time."""
+    ``properties`` or a delivery time a Message record; ``timestamp_ms`` None means now, 0
+    means no event time."""
+    if deliver_at_ms is not None or deliver_after_ms is not None:
+        now = _time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+        return encode_message_record(
+            topic, value, b"" if key is None else key, now, partition_key, properties,
+            deliver_at_ms, deliver_after_ms,
+        )  # fmt: skip
     if key is None and not properties and type(value) is bytes:  # the common case first
         if timestamp_ms is None:
             return encode_plain(topic, value, partition_key, _time_ns() // 1_000_000)

@@ -240,6 +240,10 @@ def encode_plain(
 API_KEY_MESSAGE = 260
 #: Message flag: the PartitionKey field is set (else the daemon picks the partition).
 FLAG_PARTITION_KEY = 0x0001
+#: Message flags: DeliverAt (epoch ms) or DeliverAfter (ms) follows the Timestamp.
+FLAG_DELIVER_AT = 0x0002
+FLAG_DELIVER_AFTER = 0x0004
+_DELAY = struct.Struct(">q")
 _PROPERTY_COUNT = struct.Struct(">h")
 _NAME_SIZE = struct.Struct(">h")
 
@@ -251,18 +255,25 @@ def encode_message_record(
     timestamp_ms: int = 0,
     partition_key: int | None = None,
     properties: Mapping[str, str] | None = None,
+    deliver_at_ms: int | None = None,
+    deliver_after_ms: int | None = None,
 ) -> bytes:
-    """Encode pulsar-bruce's Message record (ApiKey 260): Bruce's fields plus properties.
+    """Encode pulsar-bruce's Message record (ApiKey 260): Bruce's fields plus properties
+    and a delivery time.
 
     Wire layout (after Size ApiKey ApiVersion)::
 
         Flags:int16 PartitionKey:int32 TopicSize:int16 Topic Timestamp:int64
+        [DeliverAt:int64 | DeliverAfter:int64]
         KeySize:int32 Key PropertyCount:int16 (NameSize:int16 Name ValueSize:int32 Value)*
         ValueSize:int32 Value
 
     Flags bit 0 says PartitionKey is set; without it the daemon picks the partition.
-    Property names and values are strings (UTF-8 on the wire), as Pulsar's are.
+    Bit 1: DeliverAt (epoch ms, > 0) follows the Timestamp; bit 2: DeliverAfter (ms from
+    when the daemon reads it, >= 0); not both.  Property names and values are strings
+    (UTF-8 on the wire), as Pulsar's are.
     """
+    delay_flag, delay = _delivery(deliver_at_ms, deliver_after_ms)
     if partition_key is not None and not MIN_PARTITION_KEY <= partition_key <= MAX_PARTITION_KEY:
         raise InvalidMessageError(
             f"partition key must be in {MIN_PARTITION_KEY}..{MAX_PARTITION_KEY}, "
@@ -285,8 +296,11 @@ def encode_message_record(
         check_topic(raw_topic)
         value = value if type(value) is bytes else _payload_bytes("value", value)
         key = key if type(key) is bytes else _payload_bytes("key", key)
+        ts_keysize = _pack_ts_keysize(timestamp_ms, len(key))
+        if delay_flag:  # the delivery time goes between the Timestamp and the KeySize
+            ts_keysize = ts_keysize[:8] + _DELAY.pack(delay) + ts_keysize[8:]
         body = [
-            _pack_ts_keysize(timestamp_ms, len(key)),
+            ts_keysize,
             key,
             _PROPERTY_COUNT.pack(len(pairs) // 4),
             *pairs,
@@ -294,7 +308,7 @@ def encode_message_record(
             value,
         ]
         size = _PK_HEAD.size + len(raw_topic) + sum(map(len, body))
-        flags = 0 if partition_key is None else FLAG_PARTITION_KEY
+        flags = (0 if partition_key is None else FLAG_PARTITION_KEY) | delay_flag
         head = _pack_pk_head(
             size, API_KEY_MESSAGE, API_VERSION, flags, (partition_key or 0) & 0xFFFF_FFFF,
             len(raw_topic),
@@ -302,3 +316,18 @@ def encode_message_record(
         return _join((head, raw_topic, *body))
     except (struct.error, UnicodeEncodeError) as exc:
         raise _diagnose(exc, size, topic, timestamp_ms) from exc
+
+
+def _delivery(deliver_at_ms: int | None, deliver_after_ms: int | None) -> tuple[int, int]:
+    """The Message record's delay flag and value (0, 0: none), checked."""
+    if deliver_at_ms is not None and deliver_after_ms is not None:
+        raise InvalidMessageError("give deliver_at_ms or deliver_after_ms, not both")
+    if deliver_at_ms is not None:
+        if not 0 < deliver_at_ms < 1 << 63:
+            raise InvalidMessageError(f"deliver_at_ms must be epoch ms, got {deliver_at_ms}")
+        return FLAG_DELIVER_AT, deliver_at_ms
+    if deliver_after_ms is not None:
+        if not 0 <= deliver_after_ms < 1 << 63:
+            raise InvalidMessageError(f"deliver_after_ms must be 0 or more, got {deliver_after_ms}")
+        return FLAG_DELIVER_AFTER, deliver_after_ms
+    return 0, 0

@@ -1,4 +1,4 @@
-"""The stream socket's own record types: FlushRequest and FlushResponse (sans-IO).
+"""The stream socket's own record types: Producer, FlushRequest, FlushResponse (sans-IO).
 
 On the daemon's UNIX *stream* socket a client writes message records back to back,
 byte-identical to the datagrams (AnyPartition, PartitionKey; ``Size`` delimits
@@ -9,6 +9,15 @@ them), and asks for confirmation with a flush. All integers big-endian::
     FlushResponse (ApiKey 259, ApiVersion 0)
         Size:int32 ApiKey:int16 ApiVersion:int16 Flags:int16 (=0) RequestId:int64
         Acked:int64 ReasonCount:int16 {ReasonSize:int16 Reason (ASCII) Count:int64}*
+    Producer      (ApiKey 261, ApiVersion 0)
+        Size:int32 ApiKey:int16 ApiVersion:int16 Flags:int16 (=0)
+        NameSize:int16 Name (UTF-8, 1..255 bytes, printable) FirstSequenceId:int64 (>= 0)
+
+A Producer record, first on its connection, makes the daemon publish the message
+records after it under producer name ``Name``, the n-th on each partition with
+sequence id ``FirstSequenceId + n``, so that a broker with deduplication on stores
+what a retried sender sends again only once. It is not a message: flushes do not
+count it.
 
 The daemon answers every flush, in order, once each record the connection sent
 before it is acked by the broker or discarded; the counts cover the records sent
@@ -31,17 +40,23 @@ from .errors import StreamProtocolError, ToPulsarError
 __all__ = [
     "API_KEY_FLUSH_REQUEST",
     "API_KEY_FLUSH_RESPONSE",
+    "API_KEY_PRODUCER",
     "FLUSH_REQUEST_SIZE",
+    "MAX_PRODUCER_NAME_BYTES",
     "FlushResult",
     "StreamState",
     "decode_flush_response",
     "encode_flush_request",
     "encode_flush_response",
+    "encode_producer_record",
 ]
 
 API_KEY_FLUSH_REQUEST = 258
 API_KEY_FLUSH_RESPONSE = 259
+API_KEY_PRODUCER = 261
 FLUSH_API_VERSION = 0
+PRODUCER_API_VERSION = 0
+MAX_PRODUCER_NAME_BYTES = 255
 
 _FLUSH_REQUEST = struct.Struct(">ihhhq")  # Size ApiKey ApiVersion Flags RequestId
 _RESPONSE_HEAD = struct.Struct(">ihhhqqh")  # Size ApiKey ApiVersion Flags RequestId Acked Count
@@ -49,6 +64,7 @@ _RECORD_HEAD = struct.Struct(">ihh")  # Size ApiKey ApiVersion: every record sta
 _SIZE = struct.Struct(">i")
 _REASON_SIZE = struct.Struct(">h")
 _COUNT = struct.Struct(">q")
+_PRODUCER_HEAD = struct.Struct(">ihhhh")  # Size ApiKey ApiVersion Flags NameSize
 
 FLUSH_REQUEST_SIZE = _FLUSH_REQUEST.size  # 18
 FLUSH_RESPONSE_MIN_SIZE = _RESPONSE_HEAD.size  # 28
@@ -118,6 +134,45 @@ def encode_flush_response(request_id: int, acked: int, discarded: Mapping[str, i
     return head + b"".join(parts)
 
 
+def encode_producer_record(name: str, first_sequence_id: int) -> bytes:
+    """A Producer record: the messages after it go out under producer ``name``, the n-th
+    on each partition with sequence id ``first_sequence_id + n``.
+
+    ``name``: 1 to 255 bytes of UTF-8, printable (no control characters, no separator but
+    the space; ``str.isprintable``, as the daemon checks it); ``first_sequence_id``:
+    0 to 2**63-1. Anything else raises :class:`ValueError` saying why.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"producer name must be a str, not {type(name).__name__}")
+    if isinstance(first_sequence_id, bool) or not isinstance(first_sequence_id, int):
+        raise TypeError(f"first sequence id must be an int, not {type(first_sequence_id).__name__}")
+    try:
+        raw = name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"producer name {name!r} is not valid UTF-8 (lone surrogate)") from None
+    if not 1 <= len(raw) <= MAX_PRODUCER_NAME_BYTES:
+        raise ValueError(
+            f"producer name must be 1 to {MAX_PRODUCER_NAME_BYTES} bytes of UTF-8, "
+            f"got {len(raw)}: {name[:40]!r}{'...' if len(name) > 40 else ''}"
+        )
+    if not name.isprintable():  # the daemon's rule: it closes the connection otherwise
+        char = next(char for char in name if not char.isprintable())
+        raise ValueError(
+            f"producer name {name!r} contains a control or other unprintable character "
+            f"(U+{ord(char):04X})"
+        )
+    if not 0 <= first_sequence_id <= INT64_MAX:
+        raise ValueError(f"first sequence id must be 0 to 2**63-1, got {first_sequence_id}")
+    head = _PRODUCER_HEAD.pack(
+        _PRODUCER_HEAD.size + len(raw) + _COUNT.size,
+        API_KEY_PRODUCER,
+        PRODUCER_API_VERSION,
+        0,
+        len(raw),
+    )
+    return head + raw + _COUNT.pack(first_sequence_id)
+
+
 def decode_flush_response(record: bytes | bytearray | memoryview) -> tuple[int, FlushResult]:
     """``(request_id, result)`` from one complete FlushResponse record.
 
@@ -170,6 +225,8 @@ def check_record(record: bytes | bytearray | memoryview) -> None:
         raise ToPulsarError(f"record Size field {size} != its length {len(record)}")
     if api_key in (API_KEY_FLUSH_REQUEST, API_KEY_FLUSH_RESPONSE):
         raise ToPulsarError("flush records are sent by flush(), not as raw records")
+    if api_key == API_KEY_PRODUCER:
+        raise ToPulsarError("a Producer record is sent by publish_as(), not as a raw record")
 
 
 class StreamState:
@@ -191,6 +248,7 @@ class StreamState:
         "_inbuf",
         "_next_id",
         "_pending",
+        "named",
         "out",
         "unconfirmed",
     )
@@ -205,6 +263,17 @@ class StreamState:
         self._abandoned: set[int] = set()  # pending, but nobody waits for them any more
         self._carry = FlushResult()  # counts of abandoned flushes, for the next result
         self._inbuf = bytearray()
+        self.named = False  # a Producer record went first: messages carry sequence ids
+
+    def check_producer(self) -> None:
+        """Refuse a Producer record where it is not allowed: once anything else went out
+        first (a message or a flush), unless the connection began with one."""
+        if not self.named and (self.unconfirmed or self._next_id != 1):
+            raise ToPulsarError(
+                "publish_as() must come first on a stream connection: "
+                f"{self.unconfirmed_total} messages or a flush were sent before it "
+                "(open a new sender)"
+            )
 
     def append(self, records: bytes, count: int = 1) -> None:
         """Queue ``count`` encoded records (back to back) for the next write."""

@@ -87,15 +87,30 @@ class SyncSend(Endpoint):
         partition_key: int | None = None,
         timestamp_ms: int | None = None,
         properties: Mapping[str, str] | None = None,
+        deliver_at_ms: int | None = None,
+        deliver_after_ms: int | None = None,
     ) -> None:
         """Encode and send one message.
 
         Without ``partition_key`` the daemon picks the partition (AnyPartition);
         ``timestamp_ms`` defaults to now, 0 means "no event time"; ``properties``
-        (str to str) become the message's Pulsar properties. Waits only while the
-        daemon takes nothing, up to ``timeout``.
+        (str to str) become the message's Pulsar properties. ``deliver_at_ms`` (epoch ms)
+        or ``deliver_after_ms`` (counted on the daemon's clock from when it reads the
+        message) delay its delivery to Shared and Key_Shared subscriptions; such a message
+        is sent unbatched. Waits only while the daemon takes nothing, up to ``timeout``.
         """
-        self._submit(encode_message(topic, value, key, partition_key, timestamp_ms, properties))
+        self._submit(
+            encode_message(
+                topic,
+                value,
+                key,
+                partition_key,
+                timestamp_ms,
+                properties,
+                deliver_at_ms,
+                deliver_after_ms,
+            )
+        )
 
     def _submit(self, message: bytes, /) -> None:
         raise NotImplementedError
@@ -138,11 +153,22 @@ class AsyncSend(Endpoint):
         partition_key: int | None = None,
         timestamp_ms: int | None = None,
         properties: Mapping[str, str] | None = None,
+        deliver_at_ms: int | None = None,
+        deliver_after_ms: int | None = None,
     ) -> None:
         """Encode and send one message (same arguments as :meth:`SyncSend.send`); a full
         queue is waited out on the event loop, up to ``timeout``."""
         await self._submit(
-            encode_message(topic, value, key, partition_key, timestamp_ms, properties)
+            encode_message(
+                topic,
+                value,
+                key,
+                partition_key,
+                timestamp_ms,
+                properties,
+                deliver_at_ms,
+                deliver_after_ms,
+            )
         )
 
     async def _submit(self, message: bytes, /) -> None:

@@ -18,8 +18,9 @@
 Each Spark task opens one connection to the pulsar-bruce daemon on its own host
 (its *stream* socket), sends its rows, flushes, and commits only once the daemon
 reports every row acked by the broker; otherwise the task fails with the counts
-(unless ``tolerateDiscards``). Delivery is at-least-once: a retried task sends
-its rows again. The task side is :mod:`to_pulsar.spark_task`.
+(unless ``tolerateDiscards``). Delivery is at-least-once, a retried task sending its
+rows again, or exactly-once (:mod:`to_pulsar.spark_exactly_once`). The task side is
+:mod:`to_pulsar.spark_task`.
 
 Spark hands rows to a Python data source as Arrow batches, so the format needs
 pyarrow in the Python Spark runs for its workers. :func:`write` (and
@@ -31,13 +32,15 @@ Options: ``socket`` (the daemon's stream socket, or its datagram socket meaning
 the stream socket beside it; default ``$TO_PULSAR_STREAM_SOCKET`` on the
 executor, else ``/run/pulsar-bruce/bruce.stream.sock``), ``topic`` (required
 unless the DataFrame has a ``topic`` column), ``flushTimeoutMs`` (default
-60000), ``tolerateDiscards`` (default false).
+60000), ``tolerateDiscards`` (default false), ``exactlyOnce`` (default false),
+``producerNamePrefix`` (default ``to_pulsar``).
 
 Columns: ``value`` (string or binary, required; null sends an empty value),
 ``key`` (string or binary; null: no key), ``partition_key`` (tinyint, smallint,
 int or bigint in -2^31..2^32-1; null: the daemon picks the partition), ``topic``
 (string; overrides the option per row), ``timestamp`` (timestamp, timestamp_ntz
-as UTC, or bigint milliseconds since the epoch; null: now). Other columns are
+as UTC, or bigint milliseconds since the epoch; null: now), ``properties``,
+``deliver_at`` (as ``timestamp``; delayed delivery, null: none). Other columns are
 ignored.
 
 Needs pyspark >= 4.0 on the driver; ``import to_pulsar`` itself never imports pyspark.
@@ -72,6 +75,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from .protocol import FlushResult
+from .spark_exactly_once import for_batch_write, for_stream, for_write
 from .spark_plan import OPTIONS, plan_write, write_options
 from .spark_task import (
     INVALID,
@@ -246,8 +250,8 @@ def _run_tasks(rows: DataFrame, plan: TaskPlan) -> list[TaskResult]:
     return rows.rdd.mapPartitions(plan.write_partition).collect()
 
 
-def _write_rows(df: DataFrame, options: dict[str, str], what: str) -> WriteSummary:
-    plan = plan_write(options, df.schema)
+def _write_rows(df: DataFrame, options: dict[str, str], batch: int | None) -> WriteSummary:
+    plan = for_write(plan_write(options, df.schema), df.sparkSession, batch)  # exactlyOnce
     ship(df.sparkSession)
     rows, plan = _narrow(df, plan)
     try:
@@ -257,7 +261,7 @@ def _write_rows(df: DataFrame, options: dict[str, str], what: str) -> WriteSumma
         if match is None:
             raise
         raise ToPulsarSparkError(match.group(1)) from exc
-    _log_commit(results, what)
+    _log_commit(results, "write" if batch is None else f"micro-batch {batch}")
     tasks, sent, total = _totals(results)
     return WriteSummary(tasks, sent, total.acked, dict(total.discarded))
 
@@ -268,7 +272,7 @@ def write(df: DataFrame, **options: object) -> WriteSummary:
     tasks get Arrow batches, through ``mapInArrow``); where it has not, through ``df.rdd``,
     needing nothing there. Returns once every task's rows are acked; raises
     :class:`ToPulsarSparkError` with the failed task's message otherwise."""
-    return _write_rows(df, write_options(options), "write")
+    return _write_rows(df, write_options(options), None)
 
 
 def foreach_batch(**options: object) -> Callable[[DataFrame, int], None]:
@@ -277,7 +281,7 @@ def foreach_batch(**options: object) -> Callable[[DataFrame, int], None]:
     checked = write_options(options)  # a bad name fails now, not at the first micro-batch
 
     def write_batch(df: DataFrame, batch_id: int) -> None:
-        _write_rows(df, checked, f"micro-batch {batch_id}")
+        _write_rows(df, checked, batch_id)
 
     return write_batch
 
@@ -388,9 +392,9 @@ class ToPulsarDataSource(DataSource):
             )
         plan = plan_write(self.options, schema)
         _require_arrow()
-        return _BatchWriter(plan)
+        return _BatchWriter(for_batch_write(plan))  # made once: every task gets its write id
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         plan = plan_write(self.options, schema)
         _require_arrow()
-        return _StreamWriter(plan)
+        return _StreamWriter(for_stream(plan))

@@ -74,6 +74,8 @@ class _Batch:
 
     def __init__(self, batch: Any, plan: TaskPlan, now_ms: int) -> None:
         self.rows = rows = batch.num_rows
+        if plan.deliver_at is not None and batch.column(plan.deliver_at).null_count < rows:
+            raise _Unusual  # delayed rows are Message records: the row path (rare, unbatched)
         self.value = _bytes(batch.column(plan.value))
         self.key = None if plan.key is None else _bytes(batch.column(plan.key))
         self.routed = np.zeros(rows, np.bool_)  # PartitionKey set

@@ -10,13 +10,21 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import InvalidMessageError
+from .spark_exactly_once import parse as parse_exactly_once
 from .spark_task import TaskPlan, ToPulsarSparkError
 from .topics import check_topic
 
 __all__ = ["DEFAULT_FLUSH_TIMEOUT_MS", "OPTIONS", "plan_write", "write_options"]
 
 #: The options, as the format and :func:`to_pulsar.spark.write` spell them (case-insensitive).
-OPTIONS = ("socket", "topic", "flushTimeoutMs", "tolerateDiscards")
+OPTIONS = (
+    "socket",
+    "topic",
+    "flushTimeoutMs",
+    "tolerateDiscards",
+    "exactlyOnce",
+    "producerNamePrefix",
+)
 DEFAULT_FLUSH_TIMEOUT_MS = 60_000
 
 _TEXT = ("string", "binary")
@@ -65,11 +73,18 @@ def plan_write(options: Any, schema: Any) -> TaskPlan:
         _TIMESTAMPS + _INTEGERS,
         "timestamp, timestamp_ntz or bigint (milliseconds since the epoch)",
     )
-    kind = "ms"  # "ntz" for timestamp_ntz, "ts" for timestamp
-    if timestamp is not None:
-        kind = {"timestamp_ntz": "ntz", "timestamp": "ts"}.get(
-            columns["timestamp"][1].typeName(), "ms"
-        )
+    deliver_at = column(
+        "deliver_at",
+        _TIMESTAMPS + _INTEGERS,
+        "timestamp, timestamp_ntz or bigint (milliseconds since the epoch)",
+    )
+
+    def kind_of(name: str) -> str:  # "ntz" for timestamp_ntz, "ts" for timestamp, else "ms"
+        if name not in columns:
+            return "ms"
+        return {"timestamp_ntz": "ntz", "timestamp": "ts"}.get(columns[name][1].typeName(), "ms")
+
+    kind = kind_of("timestamp")
 
     topic = options.get("topic") or None
     if topic is None and topic_column is None:
@@ -93,6 +108,9 @@ def plan_write(options: Any, schema: Any) -> TaskPlan:
         properties=properties,
         timestamp=timestamp,
         timestamp_kind=kind,
+        deliver_at=deliver_at,
+        deliver_at_kind=kind_of("deliver_at"),
+        exactly_once=parse_exactly_once(options),
     )
 
 
@@ -122,11 +140,12 @@ def _boolean(options: Any, name: str, default: bool) -> bool:
 
 
 def write_options(options: dict[str, object]) -> dict[str, str]:
-    """Keyword options as the format's strings; an unknown name is an error, not ignored."""
+    """Keyword options as the format's strings (``exactly_once`` is ``exactlyOnce``); an
+    unknown name is an error, not ignored."""
     known = {name.lower(): name for name in OPTIONS}
     result: dict[str, str] = {}
     for name, value in options.items():
-        canonical = known.get(name.lower())
+        canonical = known.get(name.lower().replace("_", ""))
         if canonical is None:
             raise ToPulsarSparkError(
                 f"to_pulsar: unknown option {name!r} (options: {', '.join(OPTIONS)})"

@@ -21,13 +21,16 @@ import socket as _socket
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .bulk import Columns, Encoded, encode_columns
 from .errors import DaemonUnavailableError, SendTimeoutError, ToPulsarError
 from .paths import resolve_stream_socket_path, stream_socket_beside
 from .protocol import FlushResult
 from .stream import StreamSender
+
+if TYPE_CHECKING:
+    from .spark_exactly_once import ExactlyOnce
 
 __all__ = [
     "INVALID",
@@ -154,6 +157,11 @@ class TaskPlan:
     timestamp: int | None = None
     # "ms" (integer milliseconds), "us" (integer microseconds), "ts" (timestamp), "ntz"
     timestamp_kind: str = "ms"
+    #: Delayed delivery (``deliver_at``, in ``deliver_at_kind`` as ``timestamp``).
+    deliver_at: int | None = None
+    deliver_at_kind: str = "ms"
+    #: exactlyOnce: how the task names its producer (:mod:`to_pulsar.spark_exactly_once`).
+    exactly_once: ExactlyOnce | None = None
 
     def batches(self, items: Iterable[Any]) -> Iterator[Any]:
         """The task's rows in batches: each Arrow record batch as it comes (the data source
@@ -194,26 +202,40 @@ class TaskPlan:
         def column(index: int | None) -> list[Any] | None:
             return None if index is None else batch.column(index).to_pylist()
 
-        timestamps = None
-        if self.timestamp is not None:
-            raw = batch.column(self.timestamp)
-            if self.timestamp_kind == "ms":
-                timestamps = raw.to_pylist()
-            else:  # microseconds since the epoch (UTC; wall clock for timestamp_ntz)
-                micros = raw.cast("int64").to_pylist()
-                timestamps = [None if us is None else us // 1000 for us in micros]
-        return self._columns(column, timestamps)
+        def millis(index: int | None, kind: str) -> list[Any] | None:
+            if index is None:
+                return None
+            raw = batch.column(index)
+            if kind == "ms":
+                return list(raw.to_pylist())
+            # microseconds since the epoch (UTC; wall clock for timestamp_ntz)
+            return [None if us is None else us // 1000 for us in raw.cast("int64").to_pylist()]
+
+        return self._columns(
+            column,
+            millis(self.timestamp, self.timestamp_kind),
+            millis(self.deliver_at, self.deliver_at_kind),
+        )
 
     def _from_rows(self, rows: list[Sequence[Any]]) -> Columns:
         def column(index: int | None) -> list[Any] | None:
             return None if index is None else list(map(operator.itemgetter(index), rows))
 
-        timestamps = column(self.timestamp)
-        if timestamps is not None and self.timestamp_kind != "ms":
-            timestamps = list(map(self._row_millis, timestamps))
-        return self._columns(column, timestamps)
+        def millis(index: int | None, kind: str) -> list[Any] | None:
+            values = column(index)
+            if values is None or kind == "ms":
+                return values
+            return [_row_millis(value, kind) for value in values]
 
-    def _columns(self, column: Callable[[int | None], Any], timestamps: Any) -> Columns:
+        return self._columns(
+            column,
+            millis(self.timestamp, self.timestamp_kind),
+            millis(self.deliver_at, self.deliver_at_kind),
+        )
+
+    def _columns(
+        self, column: Callable[[int | None], Any], timestamps: Any, deliver_at: Any
+    ) -> Columns:
         return Columns(
             column(self.value),
             column(self.key),
@@ -221,17 +243,8 @@ class TaskPlan:
             column(self.topic_column),
             timestamps,
             column(self.properties),  # Arrow gives a map as [(key, value), ...]
+            deliver_at,
         )
-
-    def _row_millis(self, timestamp: Any) -> Any:
-        if isinstance(timestamp, datetime.datetime):
-            if self.timestamp_kind == "ntz":
-                return (timestamp - _EPOCH_NAIVE) // _MS
-            # pyspark hands TimestampType out as naive local time
-            return (timestamp.astimezone() - _EPOCH_UTC) // _MS
-        if timestamp is not None and self.timestamp_kind == "us":
-            return timestamp // 1000
-        return timestamp
 
     def write(self, items: Iterable[Any]) -> TaskResult:
         """Send a task's rows over one stream connection, flush, and check the counts.
@@ -252,6 +265,8 @@ class TaskPlan:
                 if sender is None:  # connect on the first row: empty tasks need no daemon
                     sender = self._connect(path)
                     where = f"on {host} ({sender.socket_path})"
+                    if self.exactly_once is not None:  # first on the connection
+                        sender.publish_as(*self.exactly_once.producer())
                 encoded = self.encode(batch, _time_ns() // 1_000_000)
                 if encoded.invalid and not first_invalid:
                     index, why = encoded.invalid[0]
@@ -321,3 +336,15 @@ class TaskPlan:
                 f"to_pulsar: no confirmation from the daemon {where} within "
                 f"{self.flush_timeout_s:g} s for {rows} rows (flushTimeoutMs)"
             ) from exc
+
+
+def _row_millis(timestamp: Any, kind: str) -> Any:
+    """A Row's timestamp (``kind`` "ts", "ntz" or "us") in milliseconds since the epoch."""
+    if isinstance(timestamp, datetime.datetime):
+        if kind == "ntz":
+            return (timestamp - _EPOCH_NAIVE) // _MS
+        # pyspark hands TimestampType out as naive local time
+        return (timestamp.astimezone() - _EPOCH_UTC) // _MS
+    if timestamp is not None and kind == "us":
+        return timestamp // 1000
+    return timestamp

@@ -34,7 +34,7 @@ from .errors import (
     StreamProtocolError,
     ToPulsarError,
 )
-from .protocol import FlushResult, check_record
+from .protocol import FlushResult, check_record, encode_producer_record
 from .sending import DEFAULT_CHUNK_BYTES, StreamEndpoint, SyncSend, closed_error
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "FlushResult", "StreamSender"]
@@ -94,6 +94,23 @@ class StreamSender(SyncSend, StreamEndpoint):
             raise ValueError(f"{count} records in {len(records)} bytes")
         if count:
             self._append(records, count)
+
+    def publish_as(self, name: str, first_sequence_id: int = 0) -> None:
+        """Publish the messages sent after this under producer ``name``, the n-th on each
+        partition with sequence id ``first_sequence_id + n``: with deduplication on, the
+        broker stores once what a retry under the same name and ids sends again.
+
+        Must come first on the connection (:class:`ToPulsarError` otherwise); a connection
+        that began with it may call it again to switch name or base. A bad name or id
+        (:func:`~to_pulsar.protocol.encode_producer_record`): :class:`ValueError`.
+        """
+        record = encode_producer_record(name, first_sequence_id)
+        with self._write_lock:
+            self._check_open()
+            state = self._state
+            state.check_producer()
+            state.append(record, 0)  # not a message: no flush counts it
+            state.named = True
 
     def flush(self, timeout: float | None = None) -> FlushResult:
         """Write out everything buffered and wait until the daemon has settled it.

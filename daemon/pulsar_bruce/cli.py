@@ -19,6 +19,7 @@ from pulsar_bruce import __version__
 from pulsar_bruce.config import AUTH_TOKEN_ENV, OPTIONS, Config, ConfigError, load_config
 from pulsar_bruce.input.unix_sockets import SocketInUseError
 from pulsar_bruce.metrics.status import render_status
+from pulsar_bruce.model.schema import ProducerSchema
 from pulsar_bruce.native import INTAKE, INTAKE_CHOICE_ERROR
 from pulsar_bruce.service.logs import setup_logging
 from pulsar_bruce.service.systemd import ActivationError
@@ -126,10 +127,12 @@ def main(
         ctx.obj = config
         return
     if check_config:
+        from pulsar_bruce.route.topic_settings import encryption_recipients
         from pulsar_bruce.service.wiring import connection_security
 
-        try:  # the TLS and token files must be usable too
+        try:  # the TLS, token and encryption key files must be usable too
             connection_security(config)
+            encryption_recipients(config)
         except ConfigError as exc:
             click.echo(f"pulsar-bruce: error: {exc}", err=True)
             sys.exit(2)
@@ -346,8 +349,10 @@ def effective_config_toml(config: Config) -> str:
             text = "true" if value else "false"
         elif option.name == "socket_mode":
             text = f'"{value:04o}"'
-        elif isinstance(value, str):
-            text = json.dumps(value)
+        elif isinstance(value, str | ProducerSchema):
+            text = json.dumps(str(value))
+        elif isinstance(value, tuple):  # a list option (encryption_keys)
+            text = json.dumps(list(value))
         else:
             text = repr(value)
         lines.append(f"{option.name} = {text}")

@@ -24,6 +24,12 @@ BROKER_DROPPED: Final = "broker_dropped"
 #: Lost to damage in the disk spool (a corrupt record, a file cut short or gone), as far as
 #: the count can be known: this run's messages exactly, an earlier run's from record headers.
 SPOOL_DAMAGED: Final = "spool_damaged"
+#: The broker refused the schema the topic's producer declares (``--schema``;
+#: ``IncompatibleSchema``): what waits for the topic, until it takes the producer.
+SCHEMA_INCOMPATIBLE: Final = "schema_incompatible"
+#: A batch of a topic with ``--encryption-keys`` could not be encrypted: discarded, since it
+#: must never go out in plaintext instead.
+ENCRYPTION_FAILED: Final = "encryption_failed"
 
 ALL: Final = (
     MALFORMED,
@@ -40,4 +46,6 @@ ALL: Final = (
     DEDUPLICATED,
     BROKER_DROPPED,
     SPOOL_DAMAGED,
+    SCHEMA_INCOMPATIBLE,
+    ENCRYPTION_FAILED,
 )

@@ -281,10 +281,10 @@ class Server:
             return
         try:
             config = self._reload()
+            self.topic_settings.reconfigure(config, [])  # reads the encryption keys again
         except ConfigError as exc:
             log.error("SIGHUP: configuration not reloaded: %s", exc)
             return
-        self.topic_settings.reconfigure(config, [])
         for topic in self.topics.registry:
             self.topics.apply_settings(topic)
         ignored = [

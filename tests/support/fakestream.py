@@ -2,9 +2,9 @@
 
 It listens on a UNIX stream socket in a background thread, splits what each
 connection sends into records (``Size`` delimits them), keeps every message
-record byte for byte, and answers each FlushRequest through a policy the test
-sets: by default "all acked". It can stop reading (backpressure), delay or
-withhold an answer, close the connection, or answer garbage.
+record byte for byte (Producer records apart), and answers each FlushRequest
+through a policy the test sets: by default "all acked". It can stop reading
+(backpressure), delay or withhold an answer, close the connection, or answer garbage.
 
 It packs responses with ``struct`` itself (not with ``to_pulsar.protocol``), so
 the client's decoder is checked against an independent encoder.
@@ -63,6 +63,8 @@ class FakeStreamDaemon:
     records: list[bytes] = field(default_factory=list)
     flushes: list[Flush] = field(default_factory=list)
     connections: int = 0
+    #: Producer records (ApiKey 261): (connection, raw); not messages, so no flush counts them.
+    producers: list[tuple[int, bytes]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.reading = threading.Event()
@@ -166,6 +168,9 @@ class FakeStreamDaemon:
                     return False
                 if answer:
                     conn.sendall(answer)
+            elif api_key == 261:
+                with self._lock:
+                    self.producers.append((index, record))
             else:
                 pending.append(record)
                 with self._lock:

@@ -200,14 +200,15 @@ def entry_offsets(raw: bytes) -> list[int]:
     return offsets
 
 
-def split_batch(batch: SealedBatch) -> tuple[SealedBatch, SealedBatch]:
-    """Two halves (by message) of an unsent, uncompressed batch of two or more messages.
+def split_batch(batch: SealedBatch, at: int = 0) -> tuple[SealedBatch, SealedBatch]:
+    """Two parts of an unsent, uncompressed batch of two or more messages: its first ``at``
+    messages and the rest (``at`` 0: halves, by message).
 
-    The memory charge is split so that the halves add up to the whole exactly.
+    The memory charge is split so that the parts add up to the whole exactly.
     """
     raw = batch.payload
     offsets = entry_offsets(raw)
-    half = len(offsets) // 2
+    half = at or len(offsets) // 2
     cut = offsets[half]
     first_tags, rest_tags = split_tags(batch.tags, half) if batch.tags else (None, None)
     first_charge = cut + (batch.buffer_bytes - len(raw)) * half // len(offsets)

@@ -25,7 +25,7 @@ from google.protobuf.message import DecodeError
 
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.wire import varint
-from pulsar_bruce.native import compiled
+from pulsar_bruce.native import pick
 
 _U32 = struct.Struct(">I")
 _PARSE = pb.SingleMessageMetadata.FromString
@@ -121,8 +121,8 @@ def stamp_sequence_ids_py(payload: bytes, first_id: int, count: int, /) -> bytes
 
 
 #: The compiled pass where the compiled intake runs, else the twin; same contract.
-stamp_sequence_ids: Callable[[bytes, int, int], bytes] = (
-    stamp_sequence_ids_py if compiled is None else compiled.stamp_sequence_ids
+stamp_sequence_ids: Callable[[bytes, int, int], bytes] = pick(
+    "stamp_sequence_ids", stamp_sequence_ids_py
 )
 
 

@@ -21,6 +21,7 @@ from pulsar_bruce.config.values import (
     parse_bool,
     parse_compression,
     parse_compression_level,
+    parse_encryption_keys,
     parse_fsync_policy,
     parse_group,
     parse_key_routing,
@@ -35,10 +36,12 @@ from pulsar_bruce.config.values import (
     parse_path_text,
     parse_positive_int,
     parse_positive_number,
+    parse_schema,
     parse_service_url,
     parse_size,
     parse_text,
 )
+from pulsar_bruce.model.schema import ProducerSchema
 from pulsar_bruce.model.secret import Secret
 from pulsar_bruce.model.vocabulary import Compression, FsyncPolicy, KeyRouting
 
@@ -138,6 +141,14 @@ class TopicSettings:
         False, parse_bool,
         "a batch holds messages of one key only and carries that key (for Key_Shared "
         "subscriptions)", "", "--key-based-batching/--no-key-based-batching")
+    schema: ProducerSchema = option(  # noqa: RUF009 - option() returns a field()
+        "bytes", parse_schema,
+        "schema the producers declare: bytes (none), string, json:FILE or avro:FILE (FILE: an "
+        "Avro record schema, read at start); payloads are sent as they are", "SCHEMA")
+    encryption_keys: tuple[str, ...] = option(
+        "", parse_encryption_keys,
+        "encrypt payloads end to end for these PEM RSA public keys, as the official clients do: "
+        "NAME=PATH or PATH (named after its file), comma-separated; empty: off", "KEYS")
     # fmt: on
 
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
+from pathlib import PurePath
 
 from pulsar_bruce.model.groups import group_id
+from pulsar_bruce.model.schema import ProducerSchema
 from pulsar_bruce.model.service_url import ServiceUrl
 from pulsar_bruce.model.vocabulary import Compression, FsyncPolicy, KeyRouting
 
@@ -106,6 +108,42 @@ def parse_fsync_policy(value: object) -> FsyncPolicy:
     if policy not in tuple(FsyncPolicy):
         raise ValueError(f"expected {_either(FsyncPolicy)}, got {value!r}")
     return FsyncPolicy(policy)
+
+
+def parse_schema(value: object) -> ProducerSchema:
+    """``bytes``, ``string``, ``json:FILE`` or ``avro:FILE``: the file is read and checked now,
+    so a missing or malformed schema stops the start (and a SIGHUP keeps the old one)."""
+    return ProducerSchema.parse(parse_path_text(value).strip(), _read_schema_file)
+
+
+def _read_schema_file(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def parse_encryption_keys(value: object) -> tuple[str, ...]:
+    """Public keys to encrypt payloads for, as ``NAME=PATH`` each: ``NAME=PATH`` or ``PATH``
+    (named after its file, ``keys/app.pem`` -> ``app``), comma-separated or a TOML list;
+    empty: no encryption.  The files are read at start (``batch/encryption.py``)."""
+    items = value if isinstance(value, list) else parse_text(value).split(",")
+    specs: dict[str, str] = {}
+    for item in items:
+        text = parse_path_text(item).strip()
+        if not text:
+            continue
+        name, named, path = text.partition("=")
+        if not named or "/" in name:  # a path (which may hold a "=")
+            name, path = PurePath(text).stem, text
+        name, path = name.strip(), path.strip()
+        if not name or not path:
+            raise ValueError(f"expected NAME=PATH or PATH, got {text!r}")
+        if name in specs:
+            raise ValueError(f"key name {name!r} is given twice")
+        specs[name] = path
+    return tuple(f"{name}={path}" for name, path in specs.items())
 
 
 def _either(words: Iterable[str]) -> str:

@@ -2,15 +2,44 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol
+
 from pulsar_bruce import __version__
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import encode_command, encode_payload_command
+from pulsar_bruce.model.schema import ProducerSchema, SchemaKind
 
 #: What we announce in CommandConnect, as current official clients do.
 PROTOCOL_VERSION = pb.v20
 CLIENT_VERSION = f"pulsar-bruce-{__version__}"
 
 _Type = pb.BaseCommand
+#: ``Schema.Type`` of each declared schema kind (bytes declares none, as the Java client).
+_SCHEMA_TYPES = {
+    SchemaKind.STRING: pb.Schema.String,
+    SchemaKind.JSON: pb.Schema.Json,
+    SchemaKind.AVRO: pb.Schema.Avro,
+}
+
+
+class Sealer(Protocol):
+    """Encrypts payloads under one data key (``batch/encryption.py``'s ``DataKey``)."""
+
+    @property
+    def keys(self) -> Sequence[tuple[str, bytes]]:
+        """``(public key name, data key encrypted with it)`` for each recipient."""
+
+    @property
+    def expansion(self) -> int:
+        """Bytes a sealed payload is longer than the plain one (the GCM tag)."""
+
+    @property
+    def param_bytes(self) -> int:
+        """Length of ``encryption_param`` (the IV)."""
+
+    def seal(self, plaintext: bytes) -> tuple[bytes, bytes]:
+        """``(encryption_param, sealed payload)``."""
 
 
 def connect(
@@ -73,13 +102,18 @@ def producer(
     epoch: int = 0,
     *,
     user_provided: bool = False,
+    schema: ProducerSchema | None = None,
+    encrypted: bool = False,
 ) -> bytes:
     """Create (or re-create) a producer.
 
     A name of our own is ``user_provided``; on re-creation a broker-assigned
     name is passed back (flagged as not user-provided, as the official clients
     do) so it stays stable, and ``epoch`` counts the re-creations so the broker
-    can tell them apart.
+    can tell them apart.  A declared ``schema`` goes as the Java client's
+    ``Commands.newProducer`` sends its ``SchemaInfo``: name, data, type, properties.
+    ``encrypted``: its messages are (a namespace with ``encryption_required`` takes only
+    such producers), as the official clients say with encryption keys configured.
     """
     cmd = pb.BaseCommand(type=_Type.PRODUCER)
     p = cmd.producer
@@ -91,6 +125,13 @@ def producer(
         p.user_provided_producer_name = user_provided
     if epoch:
         p.epoch = epoch
+    if encrypted:
+        p.encrypted = True
+    if schema is not None and schema.declared:
+        p.schema.name = schema.name
+        p.schema.schema_data = schema.definition
+        p.schema.type = _SCHEMA_TYPES[schema.kind]
+        p.schema.properties.extend(pb.KeyValue(key=k, value=v) for k, v in schema.properties)
     return encode_command(cmd)
 
 
@@ -111,13 +152,18 @@ def batch_metadata(
     compression: int,
     uncompressed_size: int,
     first_key: tuple[str | None, bool] = (None, False),
+    schema_version: bytes = b"",
+    encryption_keys: Sequence[tuple[str, bytes]] = (),
+    encryption_param: bytes = b"",
 ) -> bytes:
     """Serialized ``MessageMetadata`` for one batch of ``num_messages`` messages.
 
     ``first_key``: the first message's ``partition_key`` and base64 flag, which
     the batch carries as its own (the Java client's ``BatchMessageContainerImpl``
     does, through ``Commands.initBatchMessageMetadata``): Key_Shared subscriptions
-    dispatch the whole batch by it.
+    dispatch the whole batch by it.  ``schema_version``: the producer's, from its
+    ``ProducerSuccess``, as the Java client stamps every message (readers of older
+    schema versions decode by it).
     """
     md = pb.MessageMetadata(
         producer_name=producer_name,
@@ -134,7 +180,17 @@ def batch_metadata(
         md.partition_key = partition_key
         if partition_key_b64:
             md.partition_key_b64_encoded = True
+    if schema_version:
+        md.schema_version = schema_version
+    _encryption(md, encryption_keys, encryption_param)
     return md.SerializeToString()
+
+
+def _encryption(md: pb.MessageMetadata, keys: Sequence[tuple[str, bytes]], param: bytes) -> None:
+    """An encrypted payload's fields: the data key for each named public key, and the IV."""
+    md.encryption_keys.extend(pb.EncryptionKeys(key=name, value=value) for name, value in keys)
+    if param:
+        md.encryption_param = param
 
 
 def send(
@@ -171,6 +227,9 @@ def single_message_sends(
     message: pb.SingleMessageMetadata,
     payload: bytes,
     max_chunk_frame: int,
+    deliver_at_ms: int = 0,
+    schema_version: bytes = b"",
+    data_key: Sealer | None = None,
 ) -> list[bytes]:
     """Send frames of one non-batched message: one frame, or chunks if it is larger.
 
@@ -181,7 +240,9 @@ def single_message_sends(
     sequence id, ``chunk_id`` 0..n-1, ``num_chunks_from_msg`` n and
     ``total_chunk_msg_size`` = the size of the (compressed) payload that is cut
     into chunks.  A chunk's payload plus metadata stays within ``max_chunk_frame``.
-    Returns no frames when not even the metadata fits.
+    Returns no frames when not even the metadata fits.  With a ``data_key`` every
+    frame's payload (each chunk) is sealed on its own, with its own IV, as the Java
+    and C++ clients do: consumers decrypt each chunk, then join and decompress.
     """
     md = pb.MessageMetadata(
         producer_name=producer_name,
@@ -200,22 +261,31 @@ def single_message_sends(
         md.event_time = message.event_time
     if message.HasField("ordering_key"):
         md.ordering_key = message.ordering_key
-    plain = md.SerializeToString()
-    if len(plain) + len(payload) <= max_chunk_frame:
+    if deliver_at_ms:  # delayed delivery: only a non-batched message can carry it
+        md.deliver_at_time = deliver_at_ms
+    if schema_version:
+        md.schema_version = schema_version
+    expansion = 0
+    if data_key is not None:  # a placeholder IV of the right size, for the sizes below
+        _encryption(md, data_key.keys, bytes(data_key.param_bytes))
+        expansion = data_key.expansion
+    if md.ByteSize() + len(payload) + expansion <= max_chunk_frame:
+        if data_key is not None:
+            md.encryption_param, payload = data_key.seal(payload)
         return [
             send(
                 producer_id=producer_id,
                 sequence_id=sequence_id,
                 highest_sequence_id=None,
                 num_messages=1,
-                metadata=plain,
+                metadata=md.SerializeToString(),
                 payload=payload,
             )
         ]
     md.uuid = f"{producer_name}-{sequence_id}"
     md.total_chunk_msg_size = len(payload)
     md.num_chunks_from_msg = md.chunk_id = 0x7FFFFFFF  # the largest these fields can be
-    chunk_size = max_chunk_frame - md.ByteSize()
+    chunk_size = max_chunk_frame - md.ByteSize() - expansion
     if chunk_size <= 0:
         return []
     chunks = -(-len(payload) // chunk_size)
@@ -224,6 +294,9 @@ def single_message_sends(
     frames = []
     for chunk_id in range(chunks):
         md.chunk_id = chunk_id
+        chunk = bytes(view[chunk_id * chunk_size : (chunk_id + 1) * chunk_size])
+        if data_key is not None:
+            md.encryption_param, chunk = data_key.seal(chunk)
         frames.append(
             send(
                 producer_id=producer_id,
@@ -231,7 +304,7 @@ def single_message_sends(
                 highest_sequence_id=None,
                 num_messages=1,
                 metadata=md.SerializeToString(),
-                payload=bytes(view[chunk_id * chunk_size : (chunk_id + 1) * chunk_size]),
+                payload=chunk,
                 is_chunk=True,
             )
         )

@@ -22,6 +22,7 @@ from pulsar_bruce.input.stream_server import StreamServer
 from pulsar_bruce.input.stream_session import RecordBudget
 from pulsar_bruce.lifecycle.topic_manager import TopicManager
 from pulsar_bruce.route.intake import Intake
+from pulsar_bruce.route.sequenced import SequencedSender
 from pulsar_bruce.spool.journal import Journal
 from pulsar_bruce.spool.policy import SpoolPolicy
 
@@ -81,4 +82,10 @@ class Pipeline:
             group=group,
             max_connections=max_connections,
             budget=budget,
+            sequenced=self.sequenced_sender,
         )
+
+    def sequenced_sender(self, name: str, first_sequence_id: int) -> SequencedSender:
+        """A stream connection that began with a Producer record: its messages go under
+        that name and ids, on producers of their own (exactly once across retries)."""
+        return SequencedSender(self.intake, self.topics, name, first_sequence_id)

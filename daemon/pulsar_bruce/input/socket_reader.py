@@ -22,7 +22,7 @@ import os
 import socket
 from collections.abc import Callable
 
-from pulsar_bruce.native import INTAKE_DESCRIPTION, INTAKE_ENV, compiled
+from pulsar_bruce.native import INTAKE_DESCRIPTION, PYTHON_BY_CHOICE, compiled
 
 log = logging.getLogger("pulsar_bruce.input")
 
@@ -301,7 +301,7 @@ def datagram_reader(
     """
     reader: DatagramReader
     if compiled is None:
-        level = logging.INFO if INTAKE_ENV in INTAKE_DESCRIPTION else logging.WARNING
+        level = logging.INFO if PYTHON_BY_CHOICE else logging.WARNING
         log.log(level, "intake: %s", INTAKE_DESCRIPTION)
         reader = DatagramReader(sock, handle, after_drain, max_datagram_bytes)
     else:

@@ -25,6 +25,7 @@ from pulsar_bruce.input.stream_session import (
 )
 from pulsar_bruce.input.unix_sockets import open_unix_socket
 from pulsar_bruce.model.confirmation import Confirmation
+from pulsar_bruce.parse.producer_record import decode_producer_record, is_producer_record
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,21 @@ class StreamIntake(Protocol):
     def refuse_record(self, reason: str, head: bytes, /) -> None: ...
 
 
+class SequencedStream(Protocol):
+    """Where the records of a connection that began with a Producer record go
+    (``route/sequenced.py``): admitted as by :class:`StreamIntake`, under its name and ids."""
+
+    def admit_records(
+        self, records: list[bytes], start: int, tag: Confirmation, stop_api_key: int, /
+    ) -> int: ...
+
+    def end(self) -> None: ...
+
+
+#: Starts a :class:`SequencedStream` for a Producer record's name and first sequence id.
+BeginSequenced = Callable[[str, int], SequencedStream]
+
+
 class StreamConnection(asyncio.Protocol):
     """One client connection.
 
@@ -65,8 +81,14 @@ class StreamConnection(asyncio.Protocol):
         after_records: Callable[[], None],
         budget: RecordBudget | None = None,
         on_lost: Callable[[StreamConnection], None] | None = None,
+        sequenced: BeginSequenced | None = None,
     ):
         self.intake = intake
+        self._begin_sequenced = sequenced
+        #: Set by a Producer record as the connection's first record; ``_started``: a record
+        #: other than that has been taken.
+        self.sequenced: SequencedStream | None = None
+        self._started = False
         self._after_records = after_records
         self._budget = budget
         self._on_lost = on_lost
@@ -98,6 +120,8 @@ class StreamConnection(asyncio.Protocol):
         self._release()
         if self._retry is not None:
             self._retry.cancel()
+        if self.sequenced is not None:
+            self.sequenced.end()
         if self._on_lost is not None:
             self._on_lost(self)
 
@@ -128,16 +152,26 @@ class StreamConnection(asyncio.Protocol):
         if self._closed or self._write_blocked:
             return
         session = self.session
-        admit_records = self.intake.admit_records
         full = False
         try:
             while not full and (records := session.complete_records()):
                 done = 0
                 while done < len(records):
-                    stop = admit_records(records, done, session.current, API_KEY_FLUSH_REQUEST)
+                    if self._producer_record(records[done]):
+                        session.consume(records[done])
+                        done += 1
+                        continue
+                    self._started = True
+                    admit = self.sequenced or self.intake
+                    stop = admit.admit_records(
+                        records, done, session.current, API_KEY_FLUSH_REQUEST
+                    )
                     session.consume_run(records, done, stop)
                     if stop == len(records):
                         break
+                    if self._producer_record(records[stop]):
+                        done = stop
+                        continue
                     if not session.is_flush_request(records[stop]):
                         full = True  # no memory: offered again after a pause
                         break
@@ -165,6 +199,25 @@ class StreamConnection(asyncio.Protocol):
                 self.transport.close()
         self._after_records()
         self._write_responses()
+
+    def _producer_record(self, record: bytes) -> bool:
+        """Act on ``record`` if it is a Producer record the connection may send: its first
+        record, or any on a connection that began with one.  Elsewhere it is a message record
+        of an unsupported kind, for the intake to discard."""
+        begin = self._begin_sequenced
+        if begin is None or (self._started and self.sequenced is None):
+            return False
+        if not is_producer_record(record):
+            return False
+        try:
+            name, first_sequence_id = decode_producer_record(record)
+        except ValueError as exc:
+            raise FramingError(str(exc)) from None
+        if self.sequenced is not None:
+            self.sequenced.end()
+        self.sequenced = begin(name, first_sequence_id)
+        self._started = True
+        return True
 
     def _retry_now(self) -> None:
         self._retry = None
@@ -244,6 +297,7 @@ class StreamServer:
         *,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         budget: RecordBudget | None = None,
+        sequenced: BeginSequenced | None = None,
     ):
         self.path = path
         self.mode = mode
@@ -251,6 +305,7 @@ class StreamServer:
         self.intake = intake
         self.max_connections = max_connections
         self.budget = budget
+        self._begin_sequenced = sequenced
         self._after_records = after_records
         self._server: asyncio.AbstractServer | None = None
         self._activated = False
@@ -264,7 +319,11 @@ class StreamServer:
         if len(self._connections) >= self.max_connections:
             return _Refused(self._refused)
         connection = StreamConnection(
-            self.intake, self._after_records, self.budget, self._connections.discard
+            self.intake,
+            self._after_records,
+            self.budget,
+            self._connections.discard,
+            self._begin_sequenced,
         )
         self._connections.add(connection)
         return connection

@@ -10,6 +10,10 @@ as datagrams.  Two record types of our own complete the protocol::
 
 A flush is answered, in order, once every record the connection sent before it
 is acked or discarded; the counts cover the records since the previous flush.
+
+A connection may begin with a Producer record (ApiKey 261, ``parse/producer_record.py``):
+its messages are then published under that record's producer name and sequence ids
+(``route/sequenced.py``); the stream edge (``stream_server.py``) acts on it.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Final
 
 from pulsar_bruce import reasons
 from pulsar_bruce.model.confirmation import Confirmation
-from pulsar_bruce.native import compiled
+from pulsar_bruce.native import pick
 
 API_KEY_FLUSH_REQUEST: Final = 258
 API_KEY_FLUSH_RESPONSE: Final = 259
@@ -104,8 +108,8 @@ def split_records_py(buffer: bytearray, offset: int, max_record_bytes: int) -> l
     return records
 
 
-#: The record splitter the daemon uses: the compiled one when it is built.
-split_records = compiled.split_records if compiled is not None else split_records_py
+#: The record splitter the daemon uses: the compiled one where the compiled intake runs.
+split_records = pick("split_records", split_records_py)
 
 
 def encode_flush_request(request_id: int) -> bytes:

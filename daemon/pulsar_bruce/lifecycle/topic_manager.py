@@ -28,6 +28,7 @@ from pulsar_bruce.producer.delivery import DeliveryPolicy
 from pulsar_bruce.producer.driver import ProducerDriver
 from pulsar_bruce.producer.faults import is_permanent
 from pulsar_bruce.producer.partition_producer import PartitionProducer
+from pulsar_bruce.producer.sequenced_driver import SequencedDriver
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.outcomes import Outcomes
 from pulsar_bruce.route.router import Topic
@@ -94,7 +95,7 @@ class TopicManager:
         for driver in self.drivers.values():
             driver.send_timeout.stop()
         for topic in self.registry:
-            for producer in topic.producers:
+            for producer in [*topic.producers, *topic.sequenced]:
                 if producer.seal() is not None:
                     self.batch_sealed(producer)
         self.flush_dirty()
@@ -108,20 +109,59 @@ class TopicManager:
         self._spawn(self._resolve_partitions(topic))
 
     def apply_settings(self, topic: Topic) -> None:
-        """(Re)apply ``topic``'s per-topic settings, rate-limit timer included."""
+        """(Re)apply ``topic``'s per-topic settings, rate-limit timer included; a producer
+        whose schema changed (SIGHUP) is re-created, so the broker is told now."""
+        schemas = {p.producer_id: p.policy.schema for p in topic.owned_producers()}
         settings = self.settings.apply(topic)
+        for producer in topic.owned_producers():
+            driver = self.drivers.get(producer.producer_id)
+            if driver is not None and producer.policy.schema != schemas[producer.producer_id]:
+                driver.redeclare()
         limited = settings.rate_limit_messages > 0
         self.rate_limiter.schedule(topic, settings.rate_limit_interval_s if limited else None)
 
     def batch_opened(self, producer: PartitionProducer) -> None:
         self.drivers[producer.producer_id].arm_linger()
-        if self.journal is not None:
+        if self.journal is not None and not producer.exactly_once:
             self.journal.touched(producer)
 
     def batch_sealed(self, producer: PartitionProducer) -> None:
         self._dirty.add(self.drivers[producer.producer_id])
-        if self.journal is not None:
+        if self.journal is not None and not producer.exactly_once:
             self.journal.touched(producer)
+
+    # -- producers under a stream sender's name and ids (route/sequenced.py) -----------------
+
+    def open_sequenced(
+        self, topic: Topic, partition: int, name: str, first_sequence_id: int
+    ) -> PartitionProducer:
+        """A producer for ``topic``'s ``partition`` under ``name``, numbering from
+        ``first_sequence_id``; neither journalled nor spooled: its sender resends what a
+        crash loses, under the same ids (see ``producer/exactly_once.py``)."""
+        broker_topic = partition_name(topic.name, partition) if topic.partitioned else topic.name
+        policy = dataclasses.replace(self.settings.policy(topic), key_based=False)
+        producer = PartitionProducer(broker_topic, partition, next(self._producer_ids), policy)
+        producer.name, producer.name_is_ours, producer.exactly_once = name, True, True
+        producer.next_sequence_id = first_sequence_id
+        driver = SequencedDriver(producer, self.pool, self.outcomes.for_topic(topic), self.delivery)
+        driver.on_closed = lambda closed: self._sequenced_closed(topic, closed)
+        self.drivers[producer.producer_id] = driver
+        topic.sequenced.append(producer)
+        driver.start()
+        return producer
+
+    def retire_sequenced(self, producers: list[PartitionProducer]) -> None:
+        """Their sender is done: each is closed on the broker once its batches are settled."""
+        for producer in producers:
+            driver = self.drivers.get(producer.producer_id)
+            if isinstance(driver, SequencedDriver):
+                driver.retire()
+
+    def _sequenced_closed(self, topic: Topic, driver: SequencedDriver) -> None:
+        self.drivers.pop(driver.producer.producer_id, None)
+        self._dirty.discard(driver)
+        with contextlib.suppress(ValueError):
+            topic.sequenced.remove(driver.producer)
 
     def flush_dirty(self) -> None:
         """After a socket drain: journal what it read, write the batches that filled up."""

@@ -133,6 +133,13 @@ class _LedgerCollector:
                 "Messages resent after an unconfirmed send",
                 s.possible_duplicates,
             )
+        if want("already_stored"):
+            yield _counter(
+                "already_stored",
+                "Of the acked messages, those the broker already had under their sender's "
+                "producer name and ids (a retried task's; stored once)",
+                s.already_stored,
+            )
         if want("batches_sent"):
             yield _counter("batches_sent", "Batch frames written to brokers", s.batches_sent)
         if want("spooled_messages"):

@@ -57,6 +57,7 @@ def status_document(
         "buffered_messages": stats.buffered_messages,
         "buffered_bytes": stats.buffered_bytes,
         "possible_duplicates": stats.possible_duplicates,
+        "already_stored": stats.already_stored,
         "batches_sent": stats.batches_sent,
         "connections": sorted(connections),
         "topics": topic_rows[:STATUS_TOPIC_LIMIT],

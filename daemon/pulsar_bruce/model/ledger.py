@@ -44,6 +44,7 @@ class Ledger:
 
     __slots__ = (
         "acked",
+        "already_stored",
         "batches_sent",
         "buffered_bytes",
         "buffered_messages",
@@ -65,6 +66,9 @@ class Ledger:
         self.spooled_messages = 0
         self.possible_duplicates = 0
         self.batches_sent = 0
+        #: Of ``acked``, messages the broker already had under their sender's producer name
+        #: and ids (a retried task's; see ``route/sequenced.py``): acked, not stored again.
+        self.already_stored = 0
 
     # -- at the door -------------------------------------------------------------------
 
@@ -146,6 +150,11 @@ class Ledger:
         """Batches written to brokers; ``resent_messages`` had been written before."""
         self.batches_sent += batches
         self.possible_duplicates += resent_messages
+
+    def stored_before(self, topic: TopicCounters, count: int, charge: int) -> None:
+        """Sender-numbered messages the broker already had: acked, and counted as such."""
+        self.ack(topic, count, charge)
+        self.already_stored += count
 
     def possible_duplicate(self, count: int) -> None:
         """Messages that may already be stored by the broker (e.g. replayed after a crash)."""

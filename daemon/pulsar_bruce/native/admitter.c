@@ -89,6 +89,12 @@ static int fast_admit(Admitter *self, PyObject *data, PyObject *tag) {
         view.value_start = PyLong_AsSsize_t(PyTuple_GET_ITEM(record, 4));
         fields = PyBytes_AS_STRING(PyTuple_GET_ITEM(record, 5));
         fields_size = PyBytes_GET_SIZE(PyTuple_GET_ITEM(record, 5));
+        if (fields_size > 1 && (unsigned char)fields[1] == DELIVER_TAG1 &&
+            ((unsigned char)fields[0] == DELIVER_AT_TAG0 ||
+             (unsigned char)fields[0] == DELIVER_AFTER_TAG0)) {
+            outcome = 0;  /* delayed: never batched, admit_py seals around it */
+            goto done;
+        }
     } else {
         const char *name = p + view.topic_start;
         Py_ssize_t name_size = view.topic_end - view.topic_start;

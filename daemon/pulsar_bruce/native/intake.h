@@ -47,6 +47,13 @@ static inline unsigned char *put_varint(unsigned char *out, uint64_t n) {
 #define API_PARTITION_KEY 257
 #define API_MESSAGE 260
 #define FLAG_PARTITION_KEY 0x0001
+/* Message record flags: DeliverAt:int64 / DeliverAfter:int64 follow the Timestamp (one at
+ * most); their SingleMessageMetadata field tags (parse/deliver_at.py: fields 1000, 1001). */
+#define FLAG_DELIVER_AT 0x0002
+#define FLAG_DELIVER_AFTER 0x0004
+#define DELIVER_AT_TAG0 0xC0
+#define DELIVER_AFTER_TAG0 0xC8
+#define DELIVER_TAG1 0x3E
 
 /* A parsed AnyPartition or PartitionKey datagram: views into the datagram's bytes. */
 typedef struct {

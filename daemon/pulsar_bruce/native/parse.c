@@ -22,7 +22,7 @@ static PyObject *result(PyObject *data, Py_ssize_t topic_start, Py_ssize_t topic
     return out;
 }
 
-/* A Message record (ApiKey 260): Bruce's fields plus properties. */
+/* A Message record (ApiKey 260): Bruce's fields plus properties, and a delivery time. */
 PyObject *pb_parse_message(PyObject *data, int api_version) {
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
     Py_ssize_t length = PyBytes_GET_SIZE(data);
@@ -31,11 +31,18 @@ PyObject *pb_parse_message(PyObject *data, int api_version) {
     int flags = rd_i16(p + 8);
     int64_t partition_key = rd_u32(p + 10);
     int topic_size = rd_i16(p + 14);
-    if ((flags & ~FLAG_PARTITION_KEY) || topic_size <= 0) return reason(R_MALFORMED);
+    int delay_flag = flags & (FLAG_DELIVER_AT | FLAG_DELIVER_AFTER);
+    if ((flags & ~(FLAG_PARTITION_KEY | FLAG_DELIVER_AT | FLAG_DELIVER_AFTER)) ||
+        delay_flag == (FLAG_DELIVER_AT | FLAG_DELIVER_AFTER) || topic_size <= 0)
+        return reason(R_MALFORMED);
     if (!(flags & FLAG_PARTITION_KEY)) partition_key = -1;
     Py_ssize_t topic_end = 16 + topic_size;
-    if (topic_end + 12 > length) return reason(R_MALFORMED);
+    Py_ssize_t delay_size = delay_flag ? 8 : 0;
+    if (topic_end + 12 + delay_size > length) return reason(R_MALFORMED);
     int64_t timestamp = rd_i64(p + topic_end);
+    int64_t delay = delay_flag ? rd_i64(p + topic_end + 8) : 0;
+    if (delay < 0 || (delay_flag == FLAG_DELIVER_AT && delay == 0)) return reason(R_MALFORMED);
+    topic_end += delay_size;  /* from here on: where the Timestamp's 8 bytes would end */
     int64_t key_size = rd_i32(p + topic_end + 8);
     Py_ssize_t key_start = topic_end + 12;
     int64_t offset = key_start + key_size;
@@ -44,7 +51,7 @@ PyObject *pb_parse_message(PyObject *data, int api_version) {
     offset += 2;
     if (count < 0) return reason(R_MALFORMED);
     /* First pass: validate and size the encoded properties; second: write them. */
-    int64_t fields_size = 0, scan = offset;
+    int64_t fields_size = delay_flag ? 2 + varint_size((uint64_t)delay) : 0, scan = offset;
     for (int i = 0; i < count; i++) {
         if (scan + 2 > length) return reason(R_MALFORMED);
         int64_t name_size = rd_i16(p + scan);
@@ -75,6 +82,11 @@ PyObject *pb_parse_message(PyObject *data, int api_version) {
     PyObject *fields = PyBytes_FromStringAndSize(NULL, fields_size);
     if (!fields) return NULL;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(fields);
+    if (delay_flag) {
+        *out++ = delay_flag == FLAG_DELIVER_AT ? DELIVER_AT_TAG0 : DELIVER_AFTER_TAG0;
+        *out++ = DELIVER_TAG1;
+        out = put_varint(out, (uint64_t)delay);
+    }
     for (int i = 0; i < count; i++) {
         int64_t name_size = rd_i16(p + offset);
         int64_t name_end = offset + 2 + name_size;
@@ -87,8 +99,8 @@ PyObject *pb_parse_message(PyObject *data, int api_version) {
         memcpy(out, p + name_end + 4, value_size_i); out += value_size_i;
         offset = name_end + 4 + value_size_i;
     }
-    return result(data, 16, topic_end, PyLong_FromLongLong(partition_key), timestamp, key_start,
-                  key_start + key_size, value_start, fields);
+    return result(data, 16, topic_end - delay_size, PyLong_FromLongLong(partition_key), timestamp,
+                  key_start, key_start + key_size, value_start, fields);
 }
 
 

@@ -11,13 +11,16 @@ Input format (big-endian; ``Size`` counts the whole datagram)::
 and pulsar-bruce's own record for what Bruce's formats have no room for::
 
     Message (260, v0) => Flags:int16 PartitionKey:int32 TopicSize:int16 Topic
-                         Timestamp:int64 KeySize:int32 Key
+                         Timestamp:int64 [DeliverAt:int64 | DeliverAfter:int64] KeySize:int32 Key
                          PropertyCount:int16 (NameSize:int16 Name ValueSize:int32 Value)*
                          ValueSize:int32 Value
 
     Flags bit 0 (0x0001): PartitionKey is set; otherwise the daemon picks the partition
-    (AnyPartition) and PartitionKey is 0.  Other bits must be 0.  Property names and
-    values are UTF-8; they become the message's ``properties``.
+    (AnyPartition) and PartitionKey is 0.  Bit 1 (0x0002): DeliverAt (epoch ms, > 0)
+    follows the Timestamp; bit 2 (0x0004): DeliverAfter (ms, >= 0) does; not both.
+    Other bits must be 0.  Property names and values are UTF-8; they become the
+    message's ``properties``.  A delivery time leads the result's fields
+    (``parse/deliver_at.py``).
 
 :func:`parse_datagram` runs once per datagram on the hot path: precompiled
 structs, no objects beyond the result tuple, and the value is not copied (its
@@ -31,13 +34,19 @@ from typing import Final
 
 from pulsar_bruce import reasons
 from pulsar_bruce.frame.wire import length_delimited
-from pulsar_bruce.native import compiled
+from pulsar_bruce.native import pick
+from pulsar_bruce.parse.deliver_at import deliver_after_field, deliver_at_field
 
 API_KEY_ANY_PARTITION: Final = 256
 API_KEY_PARTITION_KEY: Final = 257
 API_KEY_MESSAGE: Final = 260
 #: Message flag: the PartitionKey field is set.
 FLAG_PARTITION_KEY: Final = 0x0001
+#: Message flags: DeliverAt (epoch ms) or DeliverAfter (ms) follows the Timestamp.
+FLAG_DELIVER_AT: Final = 0x0002
+FLAG_DELIVER_AFTER: Final = 0x0004
+_MESSAGE_FLAGS: Final = FLAG_PARTITION_KEY | FLAG_DELIVER_AT | FLAG_DELIVER_AFTER
+_DELAY = struct.Struct(">q")
 #: ``partition_key`` in a parse result when the datagram was AnyPartition.
 ANY_PARTITION: Final = -1
 
@@ -115,15 +124,27 @@ def _parse_message(data: bytes, api_version: int) -> Parsed | str:
     if length < 16:
         return reasons.MALFORMED
     flags, partition_key, topic_size = _KEYED_PREFIX.unpack_from(data, 8)
-    if flags & ~FLAG_PARTITION_KEY or topic_size <= 0:
+    delay_flag = flags & (FLAG_DELIVER_AT | FLAG_DELIVER_AFTER)
+    if flags & ~_MESSAGE_FLAGS or delay_flag == FLAG_DELIVER_AT | FLAG_DELIVER_AFTER:
+        return reasons.MALFORMED
+    if topic_size <= 0:
         return reasons.MALFORMED
     if not flags & FLAG_PARTITION_KEY:
         partition_key = ANY_PARTITION
     topic_end = 16 + topic_size
-    if topic_end + 12 > length:
+    delay_size = 8 if delay_flag else 0
+    if topic_end + 12 + delay_size > length:
         return reasons.MALFORMED
-    timestamp, key_size = _TIMESTAMP_KEY_SIZE.unpack_from(data, topic_end)
-    key_start = topic_end + 12
+    fields = []
+    if delay_flag:
+        (delay,) = _DELAY.unpack_from(data, topic_end + 8)
+        if delay < 0 or (delay_flag == FLAG_DELIVER_AT and delay == 0):
+            return reasons.MALFORMED
+        at = delay_flag == FLAG_DELIVER_AT
+        fields.append(deliver_at_field(delay) if at else deliver_after_field(delay))
+    (timestamp,) = _DELAY.unpack_from(data, topic_end)
+    (key_size,) = _VALUE_SIZE.unpack_from(data, topic_end + 8 + delay_size)
+    key_start = topic_end + 12 + delay_size
     offset = key_start + key_size
     if key_size < 0 or offset + 2 > length:
         return reasons.MALFORMED
@@ -131,7 +152,6 @@ def _parse_message(data: bytes, api_version: int) -> Parsed | str:
     offset += 2
     if count < 0:
         return reasons.MALFORMED
-    fields = []
     for _ in range(count):
         if offset + 2 > length:
             return reasons.MALFORMED
@@ -167,5 +187,5 @@ def _property_field(name: bytes, value: bytes) -> bytes:
     return length_delimited(b"\x0a", pair)
 
 
-#: The parser the daemon uses: the compiled one when it is built (see ``native``).
-parse_datagram = compiled.parse_datagram if compiled is not None else parse_datagram_py
+#: The parser the daemon uses: the compiled one where the compiled intake runs (``native``).
+parse_datagram = pick("parse_datagram", parse_datagram_py)

@@ -16,7 +16,13 @@ from pulsar_bruce import reasons
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.producer.delivery import DeliveryListener
-from pulsar_bruce.producer.faults import error_name, frame_intact, is_permanent, unstored_reason
+from pulsar_bruce.producer.faults import (
+    answered_duplicate,
+    error_name,
+    frame_intact,
+    is_permanent,
+    unstored_reason,
+)
 from pulsar_bruce.producer.partition_producer import PartitionProducer, ReceiptMatch
 from pulsar_bruce.producer.topic_size import halves_for_topic_limit, over_topic_limit
 
@@ -42,7 +48,9 @@ class BrokerAnswers:
         producer = self.producer
         match, batch = producer.on_receipt(receipt.sequence_id)
         reason = None if batch is None else unstored_reason(producer.topic, receipt, batch)
-        if batch is not None and reason is None:
+        if batch is not None and producer.exactly_once and answered_duplicate(receipt):
+            self.listener.batch_already_stored(batch)  # an earlier attempt's copy is stored
+        elif batch is not None and reason is None:
             self.listener.batch_acked(batch, time.monotonic() - batch.sent_at)
         elif batch is not None and reason is not None:
             self.listener.batch_discarded(batch, reason)

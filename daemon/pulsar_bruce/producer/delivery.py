@@ -25,6 +25,9 @@ class DeliveryListener(Protocol):
     def batch_discarded(self, batch: SealedBatch, reason: str) -> None:
         """``batch`` is given up for ``reason``."""
 
+    def batch_already_stored(self, batch: SealedBatch) -> None:
+        """The broker had ``batch`` already, under its sender's producer name and ids."""
+
     def producer_name_conflict(self, broker_topic: str, name: str) -> None:
         """The broker refused our own producer ``name`` on ``broker_topic`` (``ProducerBusy``):
         another producer, most likely another daemon with the same prefix, holds it."""

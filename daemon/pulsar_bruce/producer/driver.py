@@ -41,6 +41,8 @@ from pulsar_bruce.producer.faults import (
     count_failure,
     creation_refusal,
     error_name,
+    one_line,
+    refusal_reason,
 )
 from pulsar_bruce.producer.partition_producer import PartitionProducer
 from pulsar_bruce.producer.send_timeout import SendTimeout
@@ -142,8 +144,8 @@ class ProducerDriver(BrokerAnswers):
         refusal, error = creation_refusal(exc)
         answered = isinstance(exc, (TopicLookupError, ServerError)) or error is not None
         delay = self._backoff.next_delay() if answered else self._retry_delay()
-        if refusal is Refusal.PERMANENT:
-            self._reject(error_name(error), str(exc))
+        if refusal is Refusal.PERMANENT and self._reject(error_name(error), str(exc)):
+            return delay  # our schema refused: its one line is said, retries are quiet
         elif refusal is Refusal.NAME_CONFLICT and producer.name_is_ours and producer.name:
             self.listener.producer_name_conflict(producer.topic, producer.name)
         elif refusal is Refusal.MAX_PRODUCERS:
@@ -182,6 +184,8 @@ class ProducerDriver(BrokerAnswers):
                     producer.name,
                     self._epoch,
                     user_provided=producer.name_is_ours,
+                    schema=producer.policy.schema,
+                    encrypted=producer.policy.encryptor is not None,
                 ),
                 producer_id=producer.producer_id,
             )
@@ -196,6 +200,7 @@ class ProducerDriver(BrokerAnswers):
         renumbered = producer.on_registered(
             success.producer_name, success.last_sequence_id, connection.core.max_message_size
         )
+        producer.schema_version = success.schema_version
         if renumbered is not None:
             log.warning("%s: producer %s: the broker's last sequence id %d is above the %d we "
                         "assigned (another process used the name); %d batches renumbered, "
@@ -231,6 +236,10 @@ class ProducerDriver(BrokerAnswers):
         connection.write(
             commands.close_producer(self.producer.producer_id, connection.next_request_id())
         )
+
+    def redeclare(self) -> None:
+        """Its schema changed (SIGHUP): re-created now (if connected), declaring the new one."""
+        self._recreate(f"its schema is now {self.producer.policy.schema}")
 
     def _recreate(self, reason: str, failed: SealedBatch | None = None) -> None:
         """Close and re-create this producer on its connection; the connection stays up.
@@ -294,7 +303,7 @@ class ProducerDriver(BrokerAnswers):
         """Write every sealed batch not yet written on the current connection."""
         self.send_timeout.stamp()
         if self.rejected is not None:
-            self._discard_all(reasons.BROKER_REJECTED)
+            self._discard_all(refusal_reason(self.rejected))
             return
         connection = self.connection
         if connection is None or not self.producer.has_unsent:
@@ -316,6 +325,8 @@ class ProducerDriver(BrokerAnswers):
                 connection.core.max_message_size,
             )
             self.listener.batch_discarded(batch, reason)
+        for batch in out.already_stored:
+            self.listener.batch_already_stored(batch)
         now = time.monotonic()
         for batch in out.batches:
             batch.sent_at = now
@@ -328,16 +339,18 @@ class ProducerDriver(BrokerAnswers):
                 self.receipt_timeout_s, self._check_receipts
             )
 
-    def _reject(self, error: str, detail: str) -> None:
-        """The broker refuses this producer for good: discard what waits, keep retrying."""
+    def _reject(self, error: str, detail: str) -> bool:
+        """The broker refuses this producer for good: discard what waits, keep retrying; True
+        when it is our schema (``--schema``) it refuses, which the one line then names."""
+        reason = refusal_reason(error)
+        schema = reason == reasons.SCHEMA_INCOMPATIBLE
         if self.rejected is None:
-            log.warning(
-                "%s refused by the broker (%s); discarding its messages",
-                self.producer.topic,
-                detail,
-            )
+            ours = f"our schema {self.producer.policy.schema}: " if schema else ""
+            log.warning("%s refused by the broker (%s%s); discarding its messages as %s",
+                        self.producer.topic, ours, one_line(detail), reason)  # fmt: skip
         self.rejected = error
-        self._discard_all(reasons.BROKER_REJECTED)
+        self._discard_all(reason)
+        return schema
 
     def _discard_all(self, reason: str) -> None:
         for batch in self.producer.take_all():

@@ -5,13 +5,15 @@ Retriable (``ServiceNotReady``, ``TooManyRequests``, ``PersistenceError``,
 Permanent (the topic is terminated or missing, we are not allowed, another
 producer fenced us), and a ``ChecksumError`` on a batch whose own copy is
 corrupt (:func:`frame_intact`): the affected messages are discarded as
-``broker_rejected`` and the topic is retried with backoff, while every other
+``broker_rejected`` (``schema_incompatible`` when it is our ``--schema`` the
+topic refuses) and the topic is retried with backoff, while every other
 topic keeps flowing.  Some codes mean different things by their message:
 ``ProducerBusy`` and ``MetadataError`` (:func:`creation_refusal`).
 """
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 
 from pulsar_bruce import reasons
@@ -28,6 +30,8 @@ ENCRYPTION_REQUIRED_TEXT = "Encryption is required"
 #: The message id -1 of a receipt for a message not stored, as the uint64 on the wire.
 NOT_STORED = 2**64 - 1
 _AUTHENTICATION_ERROR = pb.ServerError.Name(pb.AuthenticationError) + ":"
+#: A Java exception's class name before its message (``org.apache...SchemaException: ``).
+_JAVA_EXCEPTION = re.compile(r"\b(?:[a-z]\w*\.)+[A-Z]\w*(?:Exception|Error): ")
 
 
 class Refusal(Enum):
@@ -59,6 +63,21 @@ PERMANENT_ERRORS = frozenset(
 
 def is_permanent(error: int | None) -> bool:
     return error is not None and error in PERMANENT_ERRORS
+
+
+def refusal_reason(name: str | None) -> str:
+    """The discard reason of what waits for a producer the broker refuses for good
+    (``name``: the error's, see :func:`error_name`)."""
+    if name == pb.ServerError.Name(pb.IncompatibleSchema):
+        return reasons.SCHEMA_INCOMPATIBLE
+    return reasons.BROKER_REJECTED
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    """A broker's error text fit for one log line: the Java broker's ``caused by`` repeat
+    and exception class names dropped, whitespace (pretty-printed schemas) collapsed."""
+    text = " ".join(_JAVA_EXCEPTION.sub("", text.split(" caused by ", 1)[0]).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def error_name(error: int | None) -> str:
@@ -111,6 +130,13 @@ def creation_refusal(exc: BaseException) -> tuple[Refusal, int | None]:
     ):
         return Refusal.PERMANENT, error
     return Refusal.RETRY, error
+
+
+def answered_duplicate(receipt: pb.CommandSendReceipt) -> bool:
+    """The receipt names message id -1:-1: the broker stored nothing for it (see below)."""
+    if not receipt.HasField("message_id"):
+        return False
+    return NOT_STORED in (receipt.message_id.ledgerId, receipt.message_id.entryId)
 
 
 def unstored_reason(topic: str, receipt: pb.CommandSendReceipt, batch: SealedBatch) -> str | None:

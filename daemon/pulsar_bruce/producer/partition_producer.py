@@ -22,7 +22,6 @@ and the discard log read them there), its chunk frames in ``frame``.
 
 from __future__ import annotations
 
-import struct
 from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
@@ -30,21 +29,19 @@ from enum import Enum
 from pulsar_bruce import reasons
 from pulsar_bruce.batch.batch_builder import BatchBuilder, split_batch
 from pulsar_bruce.batch.compression import CompressionTries, Compressor
-from pulsar_bruce.batch.entries import first_key_of, stamp_sequence_ids
-from pulsar_bruce.frame import commands
-from pulsar_bruce.frame import pulsar_api_pb2 as pb
+from pulsar_bruce.batch.encryption import EncryptionError, Encryptor
 from pulsar_bruce.frame.codec import DEFAULT_MAX_MESSAGE_SIZE
 from pulsar_bruce.model.batch import SealedBatch
+from pulsar_bruce.model.schema import NO_SCHEMA, ProducerSchema
+from pulsar_bruce.parse.deliver_at import is_delayed
+from pulsar_bruce.producer.exactly_once import number_sealed, take_stored
+from pulsar_bruce.producer.framing import SEND_FRAME_OVERHEAD, frame_batch, frame_single
 from pulsar_bruce.producer.sequence_ids import Renumbered, renumber_above
-
-#: Bytes a Send frame adds around the batch payload (command + metadata), generously.
-SEND_FRAME_OVERHEAD = 1024
-_U32 = struct.Struct(">I")
 
 
 @dataclass(frozen=True, slots=True)
 class BatchPolicy:
-    """When an open batch is sealed, and how it is compressed."""
+    """When an open batch is sealed, how it is compressed, and the schema the producer declares."""
 
     max_messages: int = 1000
     max_bytes: int = 128 * 1024
@@ -53,6 +50,10 @@ class BatchPolicy:
     compressor: Compressor | None = None
     #: One key per batch, carried in the batch's metadata (``--key-based-batching``).
     key_based: bool = False
+    #: Declared when the producer is (re)created (``--schema``).
+    schema: ProducerSchema = NO_SCHEMA
+    #: Seals each batch after compression (``--encryption-keys``; None: sent as it is).
+    encryptor: Encryptor | None = None
 
 
 @dataclass(slots=True)
@@ -66,6 +67,8 @@ class Outgoing:
     #: Batches removed from the queue, with the discard reason: too large for the
     #: broker, or failed by the broker ``max_attempts`` times already.
     rejected: list[tuple[SealedBatch, str]] = field(default_factory=list)
+    #: Sender-numbered batches (or their first parts) the broker already has: not written.
+    already_stored: list[SealedBatch] = field(default_factory=list)
 
 
 class ReceiptMatch(Enum):
@@ -86,6 +89,7 @@ class PartitionProducer:
         "batch",
         "closing",
         "compression_tries",
+        "exactly_once",
         "in_flight",
         "issued_from",
         "max_batch_bytes",
@@ -98,6 +102,9 @@ class PartitionProducer:
         "policy",
         "producer_id",
         "ready",
+        "retiring",
+        "schema_version",
+        "stored_up_to",
         "topic",
         "unjournalled",
     )
@@ -126,6 +133,15 @@ class PartitionProducer:
         self.compression_tries = CompressionTries()
         #: With a write-ahead journal: batches queued since it last looked (None: no journal).
         self.unjournalled: list[SealedBatch] | None = None
+        #: The broker's version of our schema (``ProducerSuccess``), stamped on what is framed.
+        self.schema_version = b""
+        #: Publishing under a sender's name and ids (``exactly_once.py``): ids are given at
+        #: seal, from ``next_sequence_id``, and never renumbered.
+        self.exactly_once = False
+        #: The broker's last stored id under our name, from registration (-1: none known).
+        self.stored_up_to = -1
+        #: Its sender is gone: closed on the broker once nothing is left to settle.
+        self.retiring = False
 
     # -- batching -------------------------------------------------------------
 
@@ -137,6 +153,8 @@ class PartitionProducer:
         pending = self.pending
         queued = len(pending)
         last = self.batch.seal_into(pending)
+        if self.exactly_once:
+            number_sealed(self, queued)
         if self.unjournalled is not None:
             self.unjournalled.extend(pending[index] for index in range(queued, len(pending)))
         return last
@@ -154,7 +172,11 @@ class PartitionProducer:
         self.name = name
         self.max_message_size = max_message_size
         self.set_policy(self.policy)
-        renumbered = renumber_above(self, last_sequence_id)
+        renumbered = None
+        if self.exactly_once:  # the sender's ids: what the broker has is taken out, not renumbered
+            self.stored_up_to = last_sequence_id
+        else:
+            renumbered = renumber_above(self, last_sequence_id)
         self.ready = True
         self.closing = False
         self.in_flight = 0
@@ -200,18 +222,30 @@ class PartitionProducer:
         index = self.in_flight
         while index < len(pending):
             batch = pending[index]
+            if not batch.frame and self.exactly_once:
+                stored = take_stored(self, index)
+                if stored is not None:
+                    out.already_stored.append(stored)
+                    continue
             if not batch.frame:  # first send (a batch from the spool may keep its ids)
-                if batch.count == 1 and len(batch.payload) > limit:
-                    framed = self._frame_single(batch, publish_time_ms, max_frame_size)
-                else:
-                    framed = self._frame(batch, publish_time_ms, limit)
-                    if not framed and batch.count > 1:
-                        first, second = split_batch(batch)
-                        pending[index] = first
-                        pending.insert(index + 1, second)
-                        continue
-                    if not framed:
-                        framed = self._frame_single(batch, publish_time_ms, max_frame_size)
+                try:
+                    if batch.count == 1 and (
+                        len(batch.payload) > limit or is_delayed(batch.payload, 4)
+                    ):  # too large for a batch, or delayed: never batched
+                        framed = frame_single(self, batch, publish_time_ms, max_frame_size)
+                    else:
+                        framed = frame_batch(self, batch, publish_time_ms, limit)
+                        if not framed and batch.count > 1:
+                            first, second = split_batch(batch)
+                            pending[index] = first
+                            pending.insert(index + 1, second)
+                            continue
+                        if not framed:
+                            framed = frame_single(self, batch, publish_time_ms, max_frame_size)
+                except EncryptionError:  # discarded, never sent in plaintext instead
+                    del pending[index]
+                    out.rejected.append((batch, reasons.ENCRYPTION_FAILED))
+                    continue
                 if not framed:
                     del pending[index]
                     out.rejected.append((batch, reasons.TOO_LARGE))
@@ -229,72 +263,6 @@ class PartitionProducer:
             index += 1
         self.in_flight = len(pending)
         return out
-
-    def _compress(self, raw: bytes) -> tuple[bytes, int]:
-        """``raw`` compressed with the policy's codec (or not: see :class:`CompressionTries`)."""
-        return self.compression_tries.compress(raw, self.policy.compressor, self.policy.compression)
-
-    def _frame(self, batch: SealedBatch, publish_time_ms: int, limit: int) -> bool:
-        """Give ``batch`` its sequence ids (unless it kept its own), each entry its own, and its
-        Send frame (kept for resends); False, the batch unchanged, when over ``limit`` bytes."""
-        first_id = batch.sequence_id if batch.sequence_id >= 0 else self.next_sequence_id
-        raw = stamp_sequence_ids(batch.payload, first_id, batch.count)
-        payload, compression = self._compress(raw)
-        if len(payload) > limit:
-            return False
-        if batch.sequence_id < 0 and self.issued_from < 0:
-            self.issued_from = first_id
-        batch.sequence_id = first_id
-        self.next_sequence_id = max(self.next_sequence_id, batch.highest_sequence_id + 1)
-        metadata = commands.batch_metadata(
-            producer_name=self.name or "",
-            sequence_id=first_id,
-            highest_sequence_id=batch.highest_sequence_id,
-            publish_time_ms=publish_time_ms,
-            num_messages=batch.count,
-            compression=compression,
-            uncompressed_size=len(raw),
-            first_key=first_key_of(raw),
-        )
-        batch.frame = commands.send(
-            producer_id=self.producer_id,
-            sequence_id=batch.sequence_id,
-            highest_sequence_id=batch.highest_sequence_id,
-            num_messages=batch.count,
-            metadata=metadata,
-            payload=payload,
-        )
-        batch.payload = b""  # the frame holds it now
-        return True
-
-    def _frame_single(self, batch: SealedBatch, publish_time_ms: int, max_frame_size: int) -> bool:
-        """Frame a one-message batch as a non-batched message, in chunks when it is larger
-        than a frame; False when it cannot be sent at all (its metadata alone is too large)."""
-        raw = batch.payload
-        (size,) = _U32.unpack_from(raw)
-        message = pb.SingleMessageMetadata.FromString(raw[4 : 4 + size])
-        value = raw[4 + size :]
-        payload, compression = self._compress(value)
-        frames = commands.single_message_sends(
-            producer_id=self.producer_id,
-            producer_name=self.name or "",
-            sequence_id=batch.sequence_id if batch.sequence_id >= 0 else self.next_sequence_id,
-            publish_time_ms=publish_time_ms,
-            compression=compression,
-            uncompressed_size=len(value),
-            message=message,
-            payload=payload,
-            max_chunk_frame=max_frame_size - SEND_FRAME_OVERHEAD,
-        )
-        if not frames:
-            return False
-        if batch.sequence_id < 0:
-            batch.sequence_id = self.next_sequence_id
-            self.issued_from = batch.sequence_id if self.issued_from < 0 else self.issued_from
-        self.next_sequence_id = max(self.next_sequence_id, batch.sequence_id + 1)
-        batch.frame = b"".join(frames)
-        batch.frames = len(frames)
-        return True  # ``payload`` stays: the frame is no batch to take the entries back from
 
     # -- receipts -------------------------------------------------------------
 

@@ -31,7 +31,7 @@ def halves_for_topic_limit(batch: SealedBatch) -> tuple[int, list[SealedBatch]]:
     """The batch size limit learnt from ``batch``'s refusal, and the batches to send in its
     place: two halves with no sequence ids yet (none for a single message, which is
     discarded).  ``batch`` must be out of the producer's queue already."""
-    entries = batch.payload if not batch.frame or batch.frames > 1 else batch_entries_of(batch)
+    entries = batch.payload if batch.payload or not batch.frame else batch_entries_of(batch)
     limit = max(MIN_BATCH_BYTES, len(entries) // 2)
     if batch.count < 2:
         return limit, []

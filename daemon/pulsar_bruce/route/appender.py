@@ -9,12 +9,19 @@ a batch are reported to the edge through :class:`BatchEvents`, once per batch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from pulsar_bruce.batch.batch_builder import encode_key_field
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation
 from pulsar_bruce.model.ledger import memory_charge
+from pulsar_bruce.parse.deliver_at import (
+    DELIVER_AFTER_TAG,
+    DELIVER_AT_TAG,
+    epoch_ms,
+    resolve_after,
+)
 from pulsar_bruce.producer.partition_producer import PartitionProducer
 from pulsar_bruce.route.router import Topic, WaitingMessage
 
@@ -47,6 +54,10 @@ class Appender:
     ) -> None:
         """Append one message to ``producer``'s open batch, sealing it when full."""
         batch = producer.batch
+        if key_field.startswith(DELIVER_AT_TAG):
+            self._append_alone(producer, key_field, timestamp, data, value_offset, charge,
+                               confirmation)  # fmt: skip
+            return
         if batch.count and batch.charged + charge > producer.max_batch_bytes:
             producer.seal()
             self.events.batch_sealed(producer)
@@ -61,6 +72,27 @@ class Appender:
         if batch.count >= producer.policy.max_messages or batch.charged >= producer.max_batch_bytes:
             producer.seal()
             self.events.batch_sealed(producer)
+
+    def _append_alone(
+        self,
+        producer: PartitionProducer,
+        key_field: bytes,
+        timestamp: int,
+        data: bytes,
+        value_offset: int,
+        charge: int,
+        confirmation: Confirmation | None,
+    ) -> None:
+        """A delayed message (``parse/deliver_at.py``) is never batched: a batch of its own."""
+        batch = producer.batch
+        if batch.count:
+            producer.seal()
+            self.events.batch_sealed(producer)
+        batch.append(key_field, timestamp, data, value_offset, charge)
+        if confirmation is not None:
+            batch.tag_last(confirmation)
+        producer.seal()
+        self.events.batch_sealed(producer)
 
     def place(
         self,
@@ -115,11 +147,19 @@ class Appender:
 
 
 def prepare(
-    topic: Topic, partition_key: int, key: bytes, fields: bytes, payload_size: int
+    topic: Topic,
+    partition_key: int,
+    key: bytes,
+    fields: bytes,
+    payload_size: int,
+    clock_ms: Callable[[], int] = epoch_ms,
 ) -> tuple[bytes, int, int]:
     """What a parsed message becomes before it is placed: its metadata fields (a Message
-    record's properties, then the key), its partition key (a key hashed like a Java
-    producer's on a topic with key routing) and its memory charge."""
+    record's delivery time, with "after" made "at" on ``clock_ms``, its properties, then the
+    key), its partition key (a key hashed like a Java producer's on a topic with key
+    routing) and its memory charge."""
+    if fields and fields.startswith(DELIVER_AFTER_TAG):
+        fields = resolve_after(fields, clock_ms())
     if key and partition_key < 0 and topic.key_hash is not None:
         partition_key = topic.key_hash(key)
     key_field = fields + encode_key_field(key) if key else fields

@@ -21,6 +21,7 @@ never per message.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from pulsar_bruce import reasons
@@ -30,6 +31,7 @@ from pulsar_bruce.model.confirmation import Confirmation
 from pulsar_bruce.model.ledger import ENTRY_OVERHEAD, Ledger
 from pulsar_bruce.native import compiled
 from pulsar_bruce.parse.datagram import parse_datagram
+from pulsar_bruce.parse.deliver_at import epoch_ms
 from pulsar_bruce.route.appender import Appender, prepare
 from pulsar_bruce.route.outcomes import Outcomes
 from pulsar_bruce.route.router import Topic
@@ -71,6 +73,7 @@ class Intake:
         outcomes: Outcomes,
         *,
         max_message_bytes: int,
+        clock_ms: Callable[[], int] = epoch_ms,
     ):
         self.topics = topics
         self._topic_of = topics.by_bytes.get
@@ -80,6 +83,8 @@ class Intake:
         self._accept = ledger.accept
         self.policy = policy
         self.outcomes = outcomes
+        #: Now, in epoch ms: where a message's "deliver after" counts from.
+        self.clock_ms = clock_ms
         #: The largest message any topic takes (the socket reader's buffer size).
         self.max_message_bytes = max_message_bytes
         #: Admit one message (see :meth:`admit_py`): the compiled admitter where it is built.
@@ -103,21 +108,21 @@ class Intake:
         accepted, spilled or discarded.
         """
         if len(data) > self.max_message_bytes:
-            return self._reject(reasons.TOO_LARGE, data, tag)
+            return self.refuse_message(reasons.TOO_LARGE, data, tag)
         parsed = parse_datagram(data)
         if isinstance(parsed, str):
-            return self._reject(parsed, data, tag)
+            return self.refuse_message(parsed, data, tag)
         topic_bytes, partition_key, timestamp, key, value_offset, fields = parsed
         topic = self._topic_of(topic_bytes) or self.topics.add(topic_bytes)
         if topic is None:
-            return self._reject(reasons.BAD_TOPIC, data, tag)
+            return self.refuse_message(reasons.BAD_TOPIC, data, tag)
         if len(data) > topic.max_message_bytes:
-            return self._reject(reasons.TOO_LARGE, data, tag, topic)
+            return self.refuse_message(reasons.TOO_LARGE, data, tag, topic)
         budget = topic.rate_budget
         if budget is not None and budget <= 0:
-            return self._reject(reasons.RATE_LIMITED, data, tag, topic)
+            return self.refuse_message(reasons.RATE_LIMITED, data, tag, topic)
         key_field, partition_key, charge = prepare(
-            topic, partition_key, key, fields, len(data) - value_offset
+            topic, partition_key, key, fields, len(data) - value_offset, self.clock_ms
         )
         ledger = self.ledger
         if ledger.buffered_bytes + charge <= self.policy.memory_limit:  # policy.room_for(charge)
@@ -127,12 +132,12 @@ class Intake:
             self._place(topic, key_field, timestamp, data, value_offset, partition_key, charge, tag)
         elif tag is not None:
             if charge > self.policy.buffer_max_bytes:  # would never fit: not worth waiting for
-                return self._reject(reasons.TOO_LARGE, data, tag, topic)
+                return self.refuse_message(reasons.TOO_LARGE, data, tag, topic)
             return False  # backpressure: the stream edge offers it again later
         elif self.policy.hold(data):
             ledger.spill()
         else:
-            return self._reject(reasons.BUFFER_FULL, data, None, topic)
+            return self.refuse_message(reasons.BUFFER_FULL, data, None, topic)
         if budget is not None:
             topic.rate_budget = budget - 1
         return True
@@ -150,9 +155,9 @@ class Intake:
 
     def refuse_record(self, reason: str, head: bytes, /) -> None:
         """A stream record refused at its header (its connection is closed): counted once."""
-        self._reject(reason, head, None)
+        self.refuse_message(reason, head, None)
 
-    def _reject(
+    def refuse_message(
         self,
         reason: str,
         data: bytes,
@@ -187,7 +192,7 @@ class Intake:
             return
         _, partition_key, timestamp, key, value_offset, fields = parsed
         key_field, partition_key, charge = prepare(
-            topic, partition_key, key, fields, len(data) - value_offset
+            topic, partition_key, key, fields, len(data) - value_offset, self.clock_ms
         )
         if previous_run:
             ledger.readmit(1, charge)

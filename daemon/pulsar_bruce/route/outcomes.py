@@ -81,6 +81,12 @@ class Outcomes:
         if self.journal is not None:
             self.journal.settled(batch)
 
+    def already_stored(self, topic: Topic, batch: SealedBatch) -> None:
+        """Sender-numbered messages the broker had before (an earlier attempt stored them)."""
+        if batch.tags:
+            settle_tags(batch.tags, None)
+        self.ledger.stored_before(topic.stats, batch.count, batch.buffer_bytes)
+
     def discarded(self, topic: Topic, batch: SealedBatch, reason: str) -> None:
         self.ledger.discard(reason, batch.count, batch.buffer_bytes, topic.stats)
         if self.journal is not None:
@@ -118,7 +124,7 @@ class Outcomes:
         """Shutdown: give up every buffered message; returns how many."""
         total = 0
         for topic in topics:
-            for producer in topic.owned_producers():
+            for producer in [*topic.owned_producers(), *topic.sequenced]:
                 for batch in producer.take_all():
                     self.discarded(topic, batch, reason)
                     total += batch.count
@@ -153,6 +159,9 @@ class TopicDelivery:
 
     def batch_discarded(self, batch: SealedBatch, reason: str) -> None:
         self.outcomes.discarded(self.topic, batch, reason)
+
+    def batch_already_stored(self, batch: SealedBatch) -> None:
+        self.outcomes.already_stored(self.topic, batch)
 
     def producer_name_conflict(self, broker_topic: str, name: str) -> None:
         """Counted every time; logged once per broker topic, with the remedy."""

@@ -46,6 +46,7 @@ class Topic:
         "producers",
         "rate_budget",
         "round_robin",
+        "sequenced",
         "stats",
         "unrouted",
         "unrouted_batches",
@@ -65,6 +66,9 @@ class Topic:
         #: Batches back from the spool before the partition count was known: (partition, batch).
         self.unrouted_batches: list[tuple[int, SealedBatch]] = []
         self.stats = TopicCounters()
+        #: Producers publishing under a stream sender's name and ids (``route/sequenced.py``),
+        #: one per connection and partition; never routed to, never spooled.
+        self.sequenced: list[PartitionProducer] = []
         #: Times a broker refused our producer name on one of this topic's partitions.
         self.name_conflicts = 0
         #: Per-topic limits, set by the edge from the configuration.
@@ -82,7 +86,8 @@ class Topic:
     def buffered_messages(self) -> int:
         """Messages of this topic not yet acked or discarded (for metrics and status)."""
         waiting = len(self.unrouted) + sum(batch.count for _, batch in self.unrouted_batches)
-        return waiting + sum(p.buffered_messages for p in self.owned_producers())
+        owned = self.owned_producers()
+        return waiting + sum(p.buffered_messages for p in [*owned, *self.sequenced])
 
     def owned_producers(self) -> list[PartitionProducer]:
         """The producers this topic owns (all of them, unless it shares a broker topic)."""

@@ -1,8 +1,8 @@
 """Per-topic options applied to topics and their producers, sans-IO.
 
 Batching limits (key-based batching too), compression, key routing, the
-largest message and the rate limit can be set per topic (exact name or glob)
-in the config file; this module turns the resolved :class:`TopicSettings`
+largest message, the rate limit, the schema and the encryption keys can be set per topic
+(exact name or glob) in the config file; this module turns the resolved :class:`TopicSettings`
 into the objects the hot path reads: a shared :class:`BatchPolicy` per
 distinct setting, ``Topic.max_message_bytes``, ``Topic.key_hash`` and the
 rate-limit budget.
@@ -12,7 +12,9 @@ On SIGHUP the same code runs again with the new file.
 from __future__ import annotations
 
 from pulsar_bruce.batch.compression import codec
-from pulsar_bruce.config import Config, TopicSettings
+from pulsar_bruce.batch.encryption import Encryptor, Recipient, read_recipients
+from pulsar_bruce.config import Config, ConfigError, TopicSettings
+from pulsar_bruce.model.schema import ProducerSchema
 from pulsar_bruce.producer.partition_producer import BatchPolicy
 from pulsar_bruce.route.key_hash import HASHERS
 from pulsar_bruce.route.router import Topic
@@ -23,7 +25,11 @@ class TopicConfigurator:
 
     def __init__(self, config: Config):
         self.config = config
-        self._policies: dict[tuple[int, int, float, str, int, bool], BatchPolicy] = {}
+        self._policies: dict[
+            tuple[int, int, float, str, int, bool, ProducerSchema, tuple[str, ...]], BatchPolicy
+        ] = {}
+        #: The public keys of every ``encryption_keys`` value, read at start and on SIGHUP.
+        self._recipients = encryption_recipients(config)
         self.settings: dict[str, TopicSettings] = {}
 
     def policy(self, topic: Topic) -> BatchPolicy:
@@ -35,6 +41,8 @@ class TopicConfigurator:
             settings.compression,
             settings.compression_level,
             settings.key_based_batching,
+            settings.schema,
+            settings.encryption_keys,
         )
         policy = self._policies.get(key)
         if policy is None:
@@ -46,6 +54,8 @@ class TopicConfigurator:
                 compression=compression,
                 compressor=compressor,
                 key_based=settings.key_based_batching,
+                schema=settings.schema,
+                encryptor=self._encryptor(settings.encryption_keys),
             )
             self._policies[key] = policy
         return policy
@@ -73,11 +83,17 @@ class TopicConfigurator:
             topic.rate_budget = settings.rate_limit_messages
 
     def reconfigure(self, config: Config, topics: list[Topic]) -> None:
-        """SIGHUP: the same topics under the new configuration."""
+        """SIGHUP: the same topics under the new configuration (a ConfigError, nothing changed,
+        when a key file cannot be used)."""
+        self._recipients = encryption_recipients(config)
         self.config = config
         self._policies.clear()
         for topic in topics:
             self.apply(topic)
+
+    def _encryptor(self, keys: tuple[str, ...]) -> Encryptor | None:
+        """A new data key for these recipients (None: not encrypted)."""
+        return Encryptor(self._recipients[keys]) if keys else None
 
     def largest_message_bytes(self) -> int:
         """What the socket reader must be able to receive."""
@@ -89,3 +105,22 @@ class TopicConfigurator:
             if name == "max_message_bytes"
         ]
         return max(sizes)
+
+
+def encryption_recipients(config: Config) -> dict[tuple[str, ...], tuple[Recipient, ...]]:
+    """The public keys of every ``encryption_keys`` value the configuration gives, globally or
+    per topic, read and checked now: a ConfigError naming where one was given if unusable."""
+    given = [("--encryption-keys", config.encryption_keys)] + [
+        (f"topics.{o.pattern!r}.encryption_keys", value)
+        for o in config.topic_overrides
+        for name, value in o.values
+        if name == "encryption_keys"
+    ]
+    recipients: dict[tuple[str, ...], tuple[Recipient, ...]] = {}
+    for where, keys in given:
+        if keys and keys not in recipients:
+            try:
+                recipients[keys] = read_recipients(keys)
+            except ValueError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
+    return recipients

@@ -15,7 +15,7 @@ from collections import deque
 from pathlib import Path
 
 from pulsar_bruce.model.vocabulary import FsyncPolicy
-from pulsar_bruce.native import compiled
+from pulsar_bruce.native import pick
 from pulsar_bruce.spool.layout import is_journal_name, journal_name, journal_number
 
 log = logging.getLogger(__name__)
@@ -184,4 +184,5 @@ def _write_then_consume_py(
     return written, error
 
 
-write_then_consume = _write_then_consume_py if compiled is None else compiled.write_then_consume
+#: The compiled write-then-consume where the compiled intake runs, else the twin.
+write_then_consume = pick("write_then_consume", _write_then_consume_py)

@@ -186,7 +186,7 @@ def test_invalid_message_raises_before_sending(sock_path: Path, receiver: socket
 
 
 #: Imports made inside a function that runs only in a Spark task with Arrow batches.
-LAZY_IN_SPARK_TASKS = {("spark_task.py", "pyarrow")}
+LAZY_IN_SPARK_TASKS = {("spark_task.py", "pyarrow"), ("spark_exactly_once.py", "pyspark")}
 
 
 def test_package_imports_only_stdlib() -> None:

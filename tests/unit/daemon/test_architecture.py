@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("__init__", "reasons", "model", "native"),  # leaves: shared types, names, compiled intake
     ("config",),  # options and their validation, no runtime module
     ("frame", "parse"),  # Pulsar frames; Bruce datagrams and topic names
-    ("batch",),  # batch payloads and compression
+    ("batch",),  # batch payloads, compression, encryption
     ("connection",),  # broker connections, lookups, TLS, auth
     ("producer",),  # one producer per partition: batches in flight, receipts
     ("spool",),  # the disk overflow and the memory-or-disk policy
@@ -53,7 +53,7 @@ ROLES = {
     "config": "options, parsing, the configuration model",
     "frame": "Pulsar framing and commands",
     "parse": "Bruce datagram parser, topic names",
-    "batch": "batch payloads, compression",
+    "batch": "batch payloads, compression, encryption",
     "connection": "broker connections, lookups, TLS, auth",
     "producer": "per-partition producers and their asyncio drivers",
     "spool": "disk spool and the memory-or-disk policy",
@@ -86,8 +86,12 @@ def imports_of(path: Path) -> set[str]:
     """Every ``pulsar_bruce`` name ``path`` imports (relative imports resolved):
     ``from a.b import c`` gives ``a.b.c``, whether ``c`` is a module or a name in one."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    here = module_name(path)
-    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    return imports_in(tree, module_name(path), path.name == "__init__.py")
+
+
+def imports_in(tree: ast.AST, here: str, is_package: bool) -> set[str]:
+    """:func:`imports_of` for a parsed module ``here`` (``is_package``: an ``__init__.py``)."""
+    package = here if is_package else here.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -157,6 +161,74 @@ def test_the_compiled_admitter_reads_only_what_its_contract_declares() -> None:
         missing += [f"{class_name}.{name}" for name in names if name not in known]
         assert LAYER_OF[part_of(f"pulsar_bruce.{module}")] >= LAYER_OF["native"]
     assert not missing, f"the compiled admitter reads attributes that are gone: {missing}"
+
+
+# -- the intake is chosen in one place --------------------------------------------------
+
+#: The one module that chooses the intake: it alone reads ``PULSAR_BRUCE_INTAKE`` and
+#: imports the extension; every other module asks it (``pick``, ``compiled``).
+INTAKE_CHOOSER = "pulsar_bruce.native"
+_EXTENSION = "pulsar_bruce.native._intake"
+_SWITCH = "PULSAR_BRUCE_INTAKE"
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ``id`` of every docstring's node in ``tree``."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def intake_choices(source: str, here: str, is_package: bool = False) -> list[str]:
+    """Where ``source`` (the module ``here``) would choose the intake itself: an import of
+    the extension, however spelled (``importlib`` and ``getattr`` included), or the switch
+    (its name outside a docstring, or ``INTAKE_ENV`` taken from the chooser)."""
+    tree = ast.parse(source)
+    found = sorted(
+        f"imports {name}"
+        for name in imports_in(tree, here, is_package)
+        if name in (_EXTENSION, f"{INTAKE_CHOOSER}.INTAKE_ENV") or name.startswith(f"{_EXTENSION}.")
+    )
+    docstrings = _docstrings(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+            if id(node) in docstrings:
+                continue
+            if _SWITCH in text or text in ("_intake", _EXTENSION) or text.endswith("._intake"):
+                found.append(f"line {node.lineno}: {text!r}")
+    return found
+
+
+def test_the_intake_is_chosen_in_one_place() -> None:
+    """Only ``native/__init__.py`` reads ``PULSAR_BRUCE_INTAKE`` and imports the extension;
+    every other module asks it, so the two intakes cannot be chosen two ways."""
+    elsewhere = {}
+    for path in source_files():
+        here = module_name(path)
+        choices = intake_choices(path.read_text(), here, path.name == "__init__.py")
+        if here == INTAKE_CHOOSER:
+            assert choices, "the check no longer sees the chooser's own choice"
+        elif choices:
+            elsewhere[here] = choices
+    assert not elsewhere, f"modules that choose the intake themselves (ask native): {elsewhere}"
+    # The check sees every way of doing it, and not a docstring that names the switch.
+    for source in (
+        "from pulsar_bruce.native import _intake\n",
+        "from . import _intake\n",
+        "import pulsar_bruce.native._intake as extension\n",
+        "from pulsar_bruce.native._intake import parse_datagram\n",
+        "import importlib\nextension = importlib.import_module('pulsar_bruce.native._intake')\n",
+        "import os\nwhich = os.environ.get('PULSAR_BRUCE_INTAKE')\n",
+        "import os\nfrom pulsar_bruce.native import INTAKE_ENV\nwhich = os.environ[INTAKE_ENV]\n",
+    ):
+        assert intake_choices(source, "pulsar_bruce.native.reader"), source
+    asking = '"""PULSAR_BRUCE_INTAKE=python: the twin."""\nfrom pulsar_bruce.native import pick\n'
+    assert intake_choices(asking, "pulsar_bruce.parse.datagram") == []
 
 
 def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """BrokerConnection, the asyncio edge of one broker connection, on a fake transport and clock.
 
-What it adds to the sans-IO ``ConnectionCore`` (``test_connection_core.py``): receipts,
+What it adds to the sans-IO ``ConnectionCore`` (``test_protocol.py``): receipts,
 send errors, CloseProducer and TopicMigrated routed by ``producer_id`` to the producers
 registered on it; requests matched to responses by ``request_id``, with a timeout, and a
 producer's creation failed at once by a CloseProducer for it; every producer told once when

@@ -13,7 +13,7 @@ import pytest
 from pulsar_bruce.input.socket_reader import SO_PEEK_OFF
 from pulsar_bruce.spool import journal_files
 
-from tests.unit.daemon.input.test_datagram_reader import READERS
+from tests.unit.daemon.input.helpers import READERS
 
 MAX = 64
 

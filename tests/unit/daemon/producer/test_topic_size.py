@@ -9,8 +9,7 @@ from pulsar_bruce import reasons
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 
 from tests.support.fakes_asyncio import FakePool
-from tests.unit.daemon.producer.test_broker_answers import driver_for, seal
-from tests.unit.daemon.producer.test_producer_driver import PRODUCER_ID
+from tests.unit.daemon.producer.helpers import PRODUCER_ID, driver_for, seal
 
 TOPIC = "persistent://public/default/small"
 

@@ -166,7 +166,7 @@ class IntakeMachine(RuleBasedStateMachine):
         assert self.h.ledger.buffered_bytes == 0
         kept = self.h.ledger.spooled_messages
         # Memory large enough to replay the front segment in one read: a front read in
-        # parts loses the head segment's cursor (see test_spool_policy.py, xfail).
+        # parts loses the head segment's cursor (see spool/test_policy.py, xfail).
         again = Harness(spool_dir=Path(self.directory.name), **{**SETTINGS, **BIG_MEMORY})
         again.replay_all()
         again.policy.buffer_max_bytes = SETTINGS["buffer_max_bytes"]

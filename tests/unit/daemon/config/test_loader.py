@@ -1,39 +1,18 @@
-"""Configuration: defaults from interface.md, precedence, and one clear error per bad value."""
+"""Loading the configuration (``config/loader.py``): defaults from interface.md, precedence
+(command line, environment, file, default), one clear error per bad value naming where it
+came from, and the checks across options."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from pulsar_bruce.batch.compression import CODECS
-from pulsar_bruce.config import (
-    OPTIONS,
-    OPTIONS_BY_NAME,
-    TOPIC_OPTIONS,
-    Config,
-    ConfigError,
-    TopicSettings,
-    load_config,
-    parse_size,
-)
-from pulsar_bruce.model.vocabulary import Compression
-from pulsar_bruce.spool.store import SpoolStore
+from pulsar_bruce.config import ConfigError, load_config
 
-NO_FLAGS: dict[str, object] = {}
-NO_ENV: dict[str, str] = {}
-#: Config fields that are not options: from [topics."..."] tables and $PULSAR_BRUCE_AUTH_TOKEN.
-NOT_OPTIONS = ("topic_overrides", "auth_token")
-
-
-def write_toml(tmp_path: Path, text: str) -> str:
-    path = tmp_path / "pulsar-bruce.toml"
-    path.write_text(text)
-    return str(path)
-
+from tests.unit.daemon.config.helpers import NO_ENV, NO_FLAGS, write_toml
 
 # -- defaults -------------------------------------------------------------------------------
 
@@ -155,76 +134,6 @@ def test_every_option_has_a_file_key(tmp_path: Path) -> None:
     assert config.metadata_refresh_s == 0.0
 
 
-# -- values ---------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("text", ["off", "OFF", " off "])
-def test_metrics_off(text: str) -> None:
-    assert load_config({"metrics_listen": text}, NO_ENV).metrics_listen is None
-
-
-def test_metrics_ipv6_listen_address() -> None:
-    assert load_config({"metrics_listen": "[::1]:9090"}, NO_ENV).metrics_listen == ("::1", 9090)
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("256MiB", 256 * 1024**2),
-        ("128KiB", 128 * 1024),
-        ("10MB", 10 * 1000**2),
-        ("4096", 4096),
-        ("1GiB", 1024**3),
-        ("2kb", 2000),
-        ("3k", 3 * 1024),
-        ("5 MiB", 5 * 1024**2),
-        ("7b", 7),
-    ],
-)
-def test_sizes(text: str, expected: int) -> None:
-    assert parse_size(text) == expected
-    assert load_config(
-        {"buffer_max_bytes": text, "batch_max_bytes": "1"}, NO_ENV
-    ).buffer_max_bytes == (expected)
-
-
-def test_size_as_toml_integer(tmp_path: Path) -> None:
-    path = write_toml(tmp_path, "buffer_max_bytes = 1048576\n")
-    assert load_config(NO_FLAGS, NO_ENV, path).buffer_max_bytes == 1048576
-
-
-@pytest.mark.parametrize("text", ["", "MiB", "1.5MiB", "-1", "0", "12XB", "1 TiB", "ten"])
-def test_invalid_sizes(text: str) -> None:
-    with pytest.raises(ValueError):
-        parse_size(text)
-
-
-@pytest.mark.parametrize(("text", "mode"), [("0660", 0o660), ("600", 0o600), ("0o640", 0o640)])
-def test_socket_mode_is_octal(text: str, mode: int) -> None:
-    assert load_config({"socket_mode": text}, NO_ENV).socket_mode == mode
-
-
-def test_socket_mode_as_toml_string(tmp_path: Path) -> None:
-    path = write_toml(tmp_path, 'socket_mode = "0600"\n')
-    assert load_config(NO_FLAGS, NO_ENV, path).socket_mode == 0o600
-
-
-def test_socket_mode_toml_octal_literal_is_not_silently_misread(tmp_path: Path) -> None:
-    path = write_toml(tmp_path, "socket_mode = 0o660\n")
-    try:
-        mode = load_config(NO_FLAGS, NO_ENV, path).socket_mode
-    except ConfigError:
-        return  # refusing the ambiguous integer form would be fine too
-    assert mode == 0o660
-
-
-@pytest.mark.parametrize("level", ["debug", "info", "warning", "error", "critical", "INFO"])
-def test_log_levels(level: str) -> None:
-    config = load_config({"log_level": level}, NO_ENV)
-    assert config.log_level == level.lower()
-    assert isinstance(config.log_level_number, int)
-
-
 # -- errors name the option -----------------------------------------------------------------------
 
 
@@ -299,8 +208,6 @@ def test_file_that_is_not_toml(tmp_path: Path) -> None:
         load_config(NO_FLAGS, NO_ENV, path)
 
 
-
-
 @pytest.mark.parametrize(
     "name",
     [
@@ -332,60 +239,31 @@ def test_numeric_log_level_in_file_is_a_config_error(tmp_path: Path) -> None:
         load_config(NO_FLAGS, NO_ENV, path)
 
 
+# -- checks across options ---------------------------------------------------------------------
+
+
 def test_batch_larger_than_buffer_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"^--batch-max-bytes: "):
         load_config({"buffer_max_bytes": "64KiB", "batch_max_bytes": "128KiB"}, NO_ENV)
 
 
-@pytest.mark.parametrize("name", ["batch_max_delay_ms", "shutdown_timeout_s", "metadata_refresh_s"])
-def test_nan_is_refused(name: str) -> None:
-    with pytest.raises(ConfigError):
-        load_config({name: "nan"}, NO_ENV)
+def test_compression_level_must_suit_its_codec(tmp_path: Path) -> None:
+    ok = load_config({"compression": "zstd", "compression_level": "19"}, NO_ENV)
+    assert (ok.compression, ok.compression_level) == ("zstd", 19)
+    assert load_config({"compression": "lz4", "compression_level": "12"}, NO_ENV)  # ignored
+    with pytest.raises(ConfigError, match=r"^--compression-level: zlib levels are 1..9, got 12$"):
+        load_config({"compression": "zlib", "compression_level": "12"}, NO_ENV)
+    with pytest.raises(ConfigError, match="between 0 and 22"):
+        load_config({"compression_level": "23"}, NO_ENV)
+    path = write_toml(tmp_path, 'compression_level = 15\n[topics."logs"]\ncompression = "zlib"\n')
+    with pytest.raises(ConfigError, match=r"topics\.'persistent://public/default/logs'.*zlib"):
+        load_config(NO_FLAGS, NO_ENV, path)
+    fine = write_toml(tmp_path, '[topics."logs"]\ncompression = "zstd"\ncompression_level = 7\n')
+    settings = load_config(NO_FLAGS, NO_ENV, fine).topic_settings("persistent://public/default/logs")
+    assert (settings.compression, settings.compression_level) == ("zstd", 7)
 
 
-# -- one declaration per option, one definition per vocabulary -----------------------------------
-
-
-def test_the_model_defaults_are_the_parsed_option_defaults() -> None:
-    assert Config() == load_config(NO_FLAGS, NO_ENV)
-    for option in OPTIONS:
-        assert getattr(Config(), option.name) == option.parse(option.default), option.name
-
-
-def test_the_option_table_is_the_model_fields() -> None:
-    fields = [f.name for f in dataclasses.fields(Config)]
-    assert [o.name for o in OPTIONS] == [f for f in fields if f not in NOT_OPTIONS]
-    assert tuple(f.name for f in dataclasses.fields(TopicSettings)) == TOPIC_OPTIONS
-    assert set(TOPIC_OPTIONS) < set(OPTIONS_BY_NAME)
-
-
-def test_topic_settings_start_from_the_global_values() -> None:
-    config = load_config({"compression": "zlib", "batch_max_messages": "7"}, NO_ENV)
-    settings = config.topic_settings("persistent://public/default/t")
-    assert type(settings) is TopicSettings
-    assert settings == TopicSettings(
-        **{name: getattr(config, name) for name in TOPIC_OPTIONS}
-    )
-    assert (settings.compression, settings.batch_max_messages) == ("zlib", 7)
-
-
-def test_every_compression_name_has_a_codec_and_only_those_are_accepted() -> None:
-    assert set(CODECS) == {str(name) for name in Compression}
-    for name in Compression:
-        assert load_config({"compression": name.upper()}, NO_ENV).compression == name
-    with pytest.raises(ConfigError, match=r"^--compression: expected one of none, lz4, zlib, "):
-        load_config({"compression": "brotli"}, NO_ENV)
-
-
-@pytest.mark.parametrize("policy", ["always", "interval", "never"])
-def test_every_fsync_policy_is_accepted_by_the_config_and_the_spool(
-    tmp_path: Path, policy: str
-) -> None:
-    config = load_config({"spool_fsync": policy}, NO_ENV)
-    assert config.spool_fsync == policy
-    assert SpoolStore(tmp_path, 1 << 20, config.spool_fsync).fsync == policy
-    with pytest.raises(ConfigError, match=r"^--spool-fsync: expected always, interval or never"):
-        load_config({"spool_fsync": "sometimes"}, NO_ENV)
+# -- what loading the configuration imports ----------------------------------------------------
 
 
 def modules_loaded_by(module: str) -> list[str]:
@@ -411,19 +289,3 @@ def test_config_imports_only_leaf_modules() -> None:
 def test_the_connection_layer_never_imports_config() -> None:
     loaded = modules_loaded_by("pulsar_bruce.connection.security")
     assert [m for m in loaded if m.startswith("pulsar_bruce.config")] == []
-
-
-def test_compression_level_must_suit_its_codec(tmp_path: Path) -> None:
-    ok = load_config({"compression": "zstd", "compression_level": "19"}, NO_ENV)
-    assert (ok.compression, ok.compression_level) == ("zstd", 19)
-    assert load_config({"compression": "lz4", "compression_level": "12"}, NO_ENV)  # ignored
-    with pytest.raises(ConfigError, match=r"^--compression-level: zlib levels are 1..9, got 12$"):
-        load_config({"compression": "zlib", "compression_level": "12"}, NO_ENV)
-    with pytest.raises(ConfigError, match="between 0 and 22"):
-        load_config({"compression_level": "23"}, NO_ENV)
-    path = write_toml(tmp_path, 'compression_level = 15\n[topics."logs"]\ncompression = "zlib"\n')
-    with pytest.raises(ConfigError, match=r"topics\.'persistent://public/default/logs'.*zlib"):
-        load_config(NO_FLAGS, NO_ENV, path)
-    fine = write_toml(tmp_path, '[topics."logs"]\ncompression = "zstd"\ncompression_level = 7\n')
-    settings = load_config(NO_FLAGS, NO_ENV, fine).topic_settings("persistent://public/default/logs")
-    assert (settings.compression, settings.compression_level) == ("zstd", 7)

@@ -1,6 +1,7 @@
-"""What the driver makes of broker answers that look alike but are not: receipts for
-message id -1:-1, ProducerBusy for a name or for a limit, refusals that are permanent by
-their text, names the broker has seen ahead of us, and which re-writes count as attempts."""
+"""What the driver makes of broker answers that look alike but are not (``producer/answers.py``):
+receipts for message id -1:-1, ProducerBusy for a name or for a limit, refusals that are
+permanent by their text, names the broker has seen ahead of us, and which re-writes count as
+attempts."""
 
 from __future__ import annotations
 
@@ -12,19 +13,18 @@ from pulsar_bruce import reasons
 from pulsar_bruce.connection.broker_connection import ConnectionClosedError, ServerError
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.producer.delivery import DeliveryPolicy
-from pulsar_bruce.producer.driver import ProducerDriver
-from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
 
 from tests.support.fakes_asyncio import FakePool, RecordingListener, until
-from tests.unit.daemon.producer.test_producer_driver import (
-    LONG,
+from tests.unit.daemon.producer.helpers import (
+    MINUS_ONE,
     PRODUCER_ID,
     Rig,
+    driver_for,
+    receipt,
     run_connected,
+    seal,
     sent_ids,
 )
-
-MINUS_ONE = 2**64 - 1  # -1 as the Java broker writes it into the uint64 message id fields
 
 
 class NamingListener(RecordingListener):
@@ -34,30 +34,6 @@ class NamingListener(RecordingListener):
 
     def producer_name_conflict(self, broker_topic: str, name: str) -> None:
         self.conflicts.append((broker_topic, name))
-
-
-def receipt(sequence_id: int, ledger: int, entry: int) -> pb.CommandSendReceipt:
-    return pb.CommandSendReceipt(
-        producer_id=PRODUCER_ID,
-        sequence_id=sequence_id,
-        message_id=pb.MessageIdData(ledgerId=ledger, entryId=entry),
-    )
-
-
-async def driver_for(topic: str, pool: FakePool) -> tuple[ProducerDriver, RecordingListener]:
-    listener = RecordingListener()
-    producer = PartitionProducer(topic, 0, PRODUCER_ID, BatchPolicy())
-    driver = ProducerDriver(producer, pool, listener, LONG)
-    driver.start()
-    await until(lambda: driver.connection is not None, "the connection")
-    return driver, listener
-
-
-def seal(driver: ProducerDriver, count: int) -> None:
-    for i in range(count):
-        driver.producer.batch.append(b"", 0, b"v%d" % i, 0, 64)
-    driver.producer.seal()
-    driver.flush()
 
 
 # -- receipts for message id -1:-1 ---------------------------------------------------------------
@@ -258,34 +234,3 @@ def test_a_mismatched_receipt_counts_against_the_batch() -> None:
         assert len(connection.sends) == 1
 
     run_connected(body, delivery=ONE_TRY)
-
-
-def test_a_minus_one_receipt_for_our_own_resend_is_our_stored_copy() -> None:
-    """A resend under the same ids (lost connection, unload, restart from the spool) that
-    the broker calls a duplicate is the copy it stored from us before: acked, not lost."""
-    from pulsar_bruce.model.batch import SealedBatch
-    from pulsar_bruce.producer.faults import unstored_reason
-
-    topic = "persistent://public/default/t"
-    first_write = SealedBatch(count=2, payload=b"", buffer_bytes=0, send_attempts=1)
-    resent = SealedBatch(count=2, payload=b"", buffer_bytes=0, send_attempts=2)
-    from_spool = SealedBatch(count=2, payload=b"", buffer_bytes=0, send_attempts=1,
-                             producer_name="edge-host-abc123")  # fmt: skip
-    duplicate = receipt(0, MINUS_ONE, MINUS_ONE)
-    assert unstored_reason(topic, duplicate, first_write) == reasons.DEDUPLICATED
-    assert unstored_reason(topic, duplicate, resent) is None
-    assert unstored_reason(topic, duplicate, from_spool) is None
-    assert unstored_reason("non-persistent://public/default/t", duplicate, resent) == (
-        reasons.BROKER_DROPPED
-    )
-
-
-def test_backlog_quota_refusals_at_creation() -> None:
-    """``producer_exception`` refuses for good (discard what waits, as the Java client fails
-    its pending sends); ``producer_request_hold`` holds the messages and retries."""
-    from pulsar_bruce.producer.faults import Refusal, creation_refusal
-
-    exception = ServerError(pb.ProducerBlockedQuotaExceededException, "backlog quota exceeded")
-    held = ServerError(pb.ProducerBlockedQuotaExceededError, "backlog quota exceeded")
-    assert creation_refusal(exception)[0] is Refusal.PERMANENT
-    assert creation_refusal(held)[0] is Refusal.RETRY

@@ -1,0 +1,45 @@
+"""Spool records (``spool/records.py``): round trips, torn tails, corruption skipped."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pulsar_bruce.spool import records
+
+from tests.unit.daemon.spool.helpers import bodies, datagram
+
+
+def test_records_round_trip_and_batches_keep_their_fields() -> None:
+    data = datagram(1) + records.encode_batch("persistent://public/default/t", 3, 41, 2, b"ENTRIES")
+    [(kind1, body1), (kind2, body2)] = list(records.iter_records(data))
+    assert (kind1, body1) == (records.DATAGRAM, b"datagram-1")
+    batch = records.decode_batch(body2)
+    assert kind2 == records.BATCH
+    assert (batch.topic, batch.partition, batch.sequence_id, batch.count, batch.entries) == (
+        "persistent://public/default/t",
+        3,
+        41,
+        2,
+        b"ENTRIES",
+    )
+
+
+def test_a_torn_tail_is_counted_and_skipped() -> None:
+    data = datagram(1) + datagram(2)
+    result = records.scan(data[:-3], final=True)
+    assert bodies(result.records) == [b"datagram-1"] and result.corrupt == 1
+    assert records.scan(data[:-3], final=False).consumed == len(datagram(1))
+
+
+def test_corruption_in_the_middle_resynchronises_on_the_next_record() -> None:
+    data = bytearray(datagram(1) + datagram(2) + datagram(3))
+    data[len(datagram(1)) + 14] ^= 0xFF  # a byte of the second record's body
+    result = records.scan(bytes(data), final=True)
+    assert bodies(result.records) == [b"datagram-1", b"datagram-3"] and result.corrupt == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_never_raise_and_only_intact_records_come_out(junk: bytes) -> None:
+    for kind, _ in records.scan(junk + datagram(9), final=True).records:
+        assert kind in (records.DATAGRAM, records.BATCH)
