@@ -435,17 +435,24 @@ def test_a_reused_spark_worker_is_frozen_once_and_nothing_else_is(
 
     from to_pulsar import spark_task
 
+    freezes: list[int] = []
+    real_freeze = gc.freeze
+
+    def counted_freeze() -> None:  # (the frozen count itself drops as frozen objects die)
+        freezes.append(gc.get_freeze_count())
+        real_freeze()
+
+    monkeypatch.setattr(gc, "freeze", counted_freeze)
     monkeypatch.setattr(spark_task, "_frozen", False)
     monkeypatch.delenv("SPARK_REUSE_WORKER", raising=False)
-    before = gc.get_freeze_count()
     spark_task.freeze_worker_once()
-    assert gc.get_freeze_count() == before and not spark_task._frozen
+    assert freezes == [] and not spark_task._frozen
     monkeypatch.setenv("SPARK_REUSE_WORKER", "1")
     try:
         spark_task.freeze_worker_once()
-        frozen = gc.get_freeze_count()
-        assert frozen > before and spark_task._frozen
+        assert len(freezes) == 1 and spark_task._frozen
+        assert gc.get_freeze_count() > freezes[0]  # what was alive is frozen now
         spark_task.freeze_worker_once()
-        assert gc.get_freeze_count() == frozen
+        assert len(freezes) == 1
     finally:
         gc.unfreeze()
