@@ -25,6 +25,10 @@ from pulsar_bruce.parse.deliver_at import (
 from pulsar_bruce.producer.partition_producer import PartitionProducer
 from pulsar_bruce.route.router import Topic, WaitingMessage
 
+#: The first byte of a delayed message's metadata (``parse/deliver_at.py``): one int
+#: comparison per message before the prefix test.
+_DELAYED = DELIVER_AT_TAG[0]
+
 
 class BatchEvents(Protocol):
     """Callbacks into the I/O edge, once per batch."""
@@ -54,7 +58,7 @@ class Appender:
     ) -> None:
         """Append one message to ``producer``'s open batch, sealing it when full."""
         batch = producer.batch
-        if key_field.startswith(DELIVER_AT_TAG):
+        if key_field and key_field[0] == _DELAYED and key_field.startswith(DELIVER_AT_TAG):
             self._append_alone(producer, key_field, timestamp, data, value_offset, charge,
                                confirmation)  # fmt: skip
             return
