@@ -56,13 +56,11 @@ class Appender:
         charge: int,
         confirmation: Confirmation | None,
     ) -> None:
-        """Append one message to ``producer``'s open batch, sealing it when full."""
+        """Append one message to ``producer``'s open batch, sealing it when full; a delayed
+        message (``parse/deliver_at.py``) is never batched: sealed before and after."""
         batch = producer.batch
-        if key_field and key_field[0] == _DELAYED and key_field.startswith(DELIVER_AT_TAG):
-            self._append_alone(producer, key_field, timestamp, data, value_offset, charge,
-                               confirmation)  # fmt: skip
-            return
-        if batch.count and batch.charged + charge > producer.max_batch_bytes:
+        delayed = key_field and key_field[0] == _DELAYED and key_field.startswith(DELIVER_AT_TAG)
+        if batch.count and (delayed or batch.charged + charge > producer.max_batch_bytes):
             producer.seal()
             self.events.batch_sealed(producer)
         into = batch  # the batch the message goes into: with key-based batching, its key's
@@ -73,30 +71,13 @@ class Appender:
             into.tag_last(confirmation)
         if batch.count == 1:
             self.events.batch_opened(producer)
-        if batch.count >= producer.policy.max_messages or batch.charged >= producer.max_batch_bytes:
+        if (
+            delayed
+            or batch.count >= producer.policy.max_messages
+            or batch.charged >= producer.max_batch_bytes
+        ):
             producer.seal()
             self.events.batch_sealed(producer)
-
-    def _append_alone(
-        self,
-        producer: PartitionProducer,
-        key_field: bytes,
-        timestamp: int,
-        data: bytes,
-        value_offset: int,
-        charge: int,
-        confirmation: Confirmation | None,
-    ) -> None:
-        """A delayed message (``parse/deliver_at.py``) is never batched: a batch of its own."""
-        batch = producer.batch
-        if batch.count:
-            producer.seal()
-            self.events.batch_sealed(producer)
-        batch.append(key_field, timestamp, data, value_offset, charge)
-        if confirmation is not None:
-            batch.tag_last(confirmation)
-        producer.seal()
-        self.events.batch_sealed(producer)
 
     def place(
         self,

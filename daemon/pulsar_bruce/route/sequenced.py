@@ -33,8 +33,10 @@ from pulsar_bruce.parse.datagram import parse_datagram
 from pulsar_bruce.parse.producer_record import API_KEY_PRODUCER
 from pulsar_bruce.producer.partition_producer import PartitionProducer
 from pulsar_bruce.route.appender import prepare
-from pulsar_bruce.route.intake import Intake
+from pulsar_bruce.route.intake import Intake, admit_each
 from pulsar_bruce.route.router import Topic
+
+_PRODUCER_KEY = API_KEY_PRODUCER.to_bytes(2, "big")
 
 
 class SequencedProducers(Protocol):
@@ -66,17 +68,14 @@ class SequencedSender:
     ) -> int:
         """Admit ``records[start:]`` in order, until a record whose ApiKey is
         ``stop_api_key`` or a Producer record (the stream edge acts on those) or one
-        that must wait; returns its index, or ``len(records)``."""
-        for index in range(start, len(records)):
-            record = records[index]
-            api_key = int.from_bytes(record[4:6], "big", signed=True)
-            if api_key in (stop_api_key, API_KEY_PRODUCER) or not self.admit(record, tag):
-                return index
-        return len(records)
+        that must wait; returns its index, or ``len(records)`` (see ``admit_each``)."""
+        return admit_each(self.admit, records, start, tag, stop_api_key)
 
-    def admit(self, data: bytes, tag: Confirmation | None) -> bool:
+    def admit(self, data: bytes, tag: Confirmation | None = None, /) -> bool:
         """Take one message record; False (nothing counted) when it must wait: no memory,
-        or its topic's partition count is not known yet."""
+        or its topic's partition count is not known yet, or it is a Producer record."""
+        if data[4:6] == _PRODUCER_KEY:
+            return False  # not a message: the stream edge switches to its name
         intake = self.intake
         if len(data) > intake.max_message_bytes:
             return self._refused(reasons.TOO_LARGE, data, tag, None)
