@@ -34,9 +34,10 @@ $(STAMP): $(RUN_STAMP) pyproject.toml
 
 ## run: the daemon in the foreground on an embedded pulsar-lite broker (127.0.0.1:6650, ./data);
 ## `make run PULSAR=apache`: on Apache Pulsar standalone instead (Java 17 and Maven; data in
-## ./data/apache-pulsar; the test extras and the broker's classpath are installed first)
+## ./data/apache-pulsar; the test extras and the broker's classpath are installed first);
+## `make run PULSAR=cluster`: on a three-broker Apache Pulsar cluster (6650-6652, new data each time)
 PULSAR ?= lite
-run: $(RUN_STAMP) $(if $(filter apache,$(PULSAR)),apache-classpath)
+run: $(RUN_STAMP) $(if $(filter apache cluster,$(PULSAR)),apache-classpath)
 	$(BIN)/python examples/run_local.py --broker $(PULSAR)
 
 ## test: lint, type-check and the whole suite, real-broker tests included, once per intake
@@ -59,7 +60,8 @@ lint: $(STAMP)
 	$(BIN)/mypy daemon/pulsar_bruce client_lib/to_pulsar
 
 ## bench: throughput, CPU, latency and memory vs the official client (a few minutes; see bench/);
-## BROKER=lite (default), apache (Apache Pulsar standalone: Java 17 and Maven) or both
+## BROKER=lite (default), apache (Apache Pulsar standalone: Java 17 and Maven), both, or cluster
+## (a three-broker Apache Pulsar cluster; ratios against the official client on the same cluster)
 BROKER ?= lite
 bench: $(STAMP) $(if $(filter lite,$(BROKER)),,apache-classpath)
 	$(BIN)/python -m bench.throughput --broker $(BROKER) $(BENCH_ARGS)

@@ -1,9 +1,11 @@
-"""The broker a bench runs on, behind one interface: pulsar-lite or Apache Pulsar standalone.
+"""The broker a bench runs on, behind one interface: pulsar-lite or Apache Pulsar.
 
 ``--broker lite`` (the default) is the pulsar-lite binary; ``--broker apache`` is the
 real Java broker, Apache Pulsar standalone (``tests/support/apache_pulsar.py``: the
 release pinned in ``tests/apache_pulsar/pom.xml``, one JVM with its bookie and
-metadata store); ``both`` measures on one, then the other, in the same run.
+metadata store); ``both`` measures on one, then the other, in the same run;
+``--broker cluster`` is a three-broker Apache Pulsar cluster
+(``tests/support/apache_cluster.py``), the service URL naming all three.
 
 Either kind gives ``url``, ``pid`` (the broker process: for Apache Pulsar the JVM, so
 the broker CPU column is the whole standalone), ``start``, ``stop``, ``kill``,
@@ -28,13 +30,13 @@ from typing import Protocol
 from tests.support.processes import Broker as LiteProcess
 from tests.support.processes import ProcessError
 
-KINDS = ("lite", "apache")
+KINDS = ("lite", "apache", "cluster")
 CHOICES = (*KINDS, "both")
 
 
 def kinds(choice: str) -> list[str]:
-    """``both`` -> both kinds, in the order they run (pulsar-lite first)."""
-    return list(KINDS) if choice == "both" else [choice]
+    """``both`` -> pulsar-lite, then Apache Pulsar standalone."""
+    return ["lite", "apache"] if choice == "both" else [choice]
 
 
 class BrokerProcess(Protocol):
@@ -133,6 +135,28 @@ class ApacheBroker(BenchBroker):
             self.process.admin.create_partitioned_topic(topic, partitions)
 
 
+class ClusterBroker(BenchBroker):
+    """A three-broker Apache Pulsar cluster (``tests/support/apache_cluster.py``): the
+    service URL names all three; the broker CPU column is the first broker's JVM."""
+
+    kind = "cluster"
+
+    def __init__(self, workdir: Path):
+        from tests.support.apache_cluster import ApacheCluster
+        from tests.support.apache_pulsar import POM
+
+        self.process = self.cluster = ApacheCluster(workdir)
+        version = re.search(r"<pulsar.version>([^<]+)<", POM.read_text())
+        self.label = f"Apache Pulsar {version.group(1) if version else '?'}, three brokers"
+
+    def serves(self, partitions: int) -> bool:
+        return True
+
+    def make_partitioned(self, topic: str, partitions: int) -> None:
+        if partitions > 1:
+            self.cluster.admin.create_partitioned_topic(topic, partitions)
+
+
 def _version(package: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -166,6 +190,8 @@ class Brokers:
         broker: BenchBroker
         if self.kind == "lite":
             broker = LiteBroker(self.workdir / f"lite-{partitions}", partitions)
+        elif self.kind == "cluster":
+            broker = ClusterBroker(self.workdir / "cluster")
         else:
             broker = ApacheBroker(self.workdir / "apache")
         started = time.monotonic()

@@ -591,7 +591,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--broker",
         choices=brokers.CHOICES,
         default="lite",
-        help="pulsar-lite (default), Apache Pulsar standalone (Java 17, Maven), or both in turn",
+        help="pulsar-lite (default), Apache Pulsar standalone (Java 17, Maven), both in turn, "
+        "or a three-broker Apache Pulsar cluster",
     )
     parser.add_argument(
         "--warmup",

@@ -14,7 +14,13 @@ while the daemon runs, it says so in one line (which, how, where its log is),
 stops the daemon and exits 1. If a port is taken it starts nothing and says, in
 one line, what holds it.
 
-Options (for tests and second copies): --broker lite|apache, --broker-port, --metrics-port,
+`make run PULSAR=cluster` (``--broker cluster``): a three-broker Apache Pulsar cluster
+(ZooKeeper, a bookie, three PulsarBrokerStarter brokers; tests/support/apache_cluster.py)
+with its brokers on 127.0.0.1:6650, 6651 and 6652 (admin APIs on 8080-8082, or free
+ports if 8080 is taken) and the daemon given all three; its data, in
+./data/apache-cluster, starts afresh each time.
+
+Options (for tests and second copies): --broker lite|apache|cluster, --broker-port, --metrics-port,
 --web-port (Apache Pulsar's admin API), --data DIR, --run DIR.
 """
 
@@ -26,6 +32,7 @@ import ctypes
 import errno
 import os
 import pwd
+import shutil
 import signal
 import socket
 import subprocess
@@ -109,6 +116,14 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
+
+
+def free_ports_in_a_row(count: int) -> int:
+    """The first of ``count`` consecutive free ports."""
+    while True:
+        first = free_port()
+        if first + count < 65536 and not any(port_taken(first + i) for i in range(count)):
+            return first
 
 
 def refuse_taken_ports(ports: dict[int, str]) -> None:
@@ -284,6 +299,42 @@ class Runner:
             )  # fmt: skip
         self.wait_until(ready, self.broker, "Apache Pulsar", str(pulsar.log_path), timeout=180)
 
+    def start_cluster(self, data: Path) -> None:
+        """The three-broker cluster, run by ``tests.support.apache_cluster serve`` in a
+        process of its own (its JVMs in its session: the stop signals reach them all)."""
+        args = self.args
+        workdir = data / "apache-cluster"
+        shutil.rmtree(workdir, ignore_errors=True)  # ZooKeeper's and the bookie's ports are new
+        workdir.mkdir(parents=True)
+        sys.path.insert(0, str(ROOT))
+        from tests.support.apache_pulsar import Admin, AdminError, classpath
+        from tests.support.processes import ProcessError
+
+        try:
+            classpath()  # resolved by Maven once, or one line saying what lacks
+        except ProcessError as exc:
+            sys.exit(f"run_local: {exc}")
+        admin = Admin(f"http://{HOST}:{args.web_port}")
+
+        def ready() -> bool:
+            ports = [args.broker_port + i for i in range(3)] + [args.web_port + i for i in range(3)]
+            if not all(accepts(port) for port in ports):
+                return False
+            try:
+                return "public/default" in admin.get("/admin/v2/namespaces/public")
+            except (OSError, AdminError):
+                return False
+
+        self.broker_name, self.broker_log = "the Apache Pulsar cluster", str(workdir / "serve.log")
+        with (workdir / "serve.log").open("ab") as log:
+            self.broker = start(
+                [sys.executable, "-m", "tests.support.apache_cluster", "serve", str(workdir),
+                 str(args.broker_port), str(args.web_port)],
+                cwd=ROOT, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )  # fmt: skip
+        self.wait_until(ready, self.broker, "the cluster", self.broker_log, timeout=300)
+
     def run(self) -> int:
         args = self.args
         data, run = Path(args.data), Path(args.run)
@@ -291,12 +342,14 @@ class Runner:
         run.mkdir(parents=True, exist_ok=True)
         if args.broker == "apache":
             self.start_apache(data)
+        elif args.broker == "cluster":
+            self.start_cluster(data)
         else:
             self.start_lite(data)
         sock = run / "bruce.sock"
         self.daemon = start(
             [sys.executable, "-m", "pulsar_bruce", "--socket", str(sock),
-             "--service-url", f"pulsar://{HOST}:{args.broker_port}",
+             "--service-url", service_url(args),
              "--metrics-listen", f"{HOST}:{args.metrics_port}"],
             start_new_session=True,  # signals reach it from us only: SIGHUP would mean reload
         )  # fmt: skip
@@ -321,18 +374,31 @@ class Runner:
             os.killpg(self.broker.pid, signal.SIGTERM)
             os.killpg(self.broker.pid, signal.SIGCONT)  # stopped (Ctrl-Z, SIGSTOP): wake it up
             try:  # the JVM closes its broker, bookie and metadata store: give it longer
-                self.broker.wait(60 if self.args.broker == "apache" else 10)
+                self.broker.wait(10 if self.args.broker == "lite" else 60)
             except subprocess.TimeoutExpired:
                 os.killpg(self.broker.pid, signal.SIGKILL)
                 self.broker.wait(10)
 
 
+def service_url(args: argparse.Namespace) -> str:
+    """The broker's URL; the cluster's names its three brokers."""
+    if args.broker == "cluster":
+        return "pulsar://" + ",".join(f"{HOST}:{args.broker_port + i}" for i in range(3))
+    return f"pulsar://{HOST}:{args.broker_port}"
+
+
 def hint(args: argparse.Namespace, sock: Path) -> str:
     python = sys.executable
     bin_dir = Path(python).parent
-    url = f"pulsar://{HOST}:{args.broker_port}"
-    read_url = "" if args.broker_port == 6650 else f" --service-url {url}"
-    if args.broker == "apache":
+    url = service_url(args)
+    read_url = "" if url == f"pulsar://{HOST}:6650" else f" --service-url {url}"
+    if args.broker == "cluster":
+        admins = ", ".join(f"http://{HOST}:{args.web_port + i}" for i in range(3))
+        broker = (
+            f"A three-broker Apache Pulsar cluster is listening on {url} (admin {admins}; "
+            f"data in {Path(args.data) / 'apache-cluster'}, new each start)."
+        )
+    elif args.broker == "apache":
         broker = (
             f"Apache Pulsar standalone is listening on {url} (admin http://{HOST}:"
             f"{args.web_port}; data in {Path(args.data) / 'apache-pulsar'})."
@@ -354,9 +420,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="run_local.py", description=__doc__.split("\n")[0])
     parser.add_argument(
         "--broker",
-        choices=("lite", "apache"),
+        choices=("lite", "apache", "cluster"),
         default="lite",
-        help="pulsar-lite (default) or Apache Pulsar standalone (Java 17, Maven)",
+        help="pulsar-lite (default), Apache Pulsar standalone or a three-broker Apache Pulsar "
+        "cluster (Java 17, Maven)",
     )
     parser.add_argument("--broker-port", type=int, default=6650)
     parser.add_argument(
@@ -377,6 +444,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.web_port is None:
             args.web_port = 8080 if not port_taken(8080) else free_port()
         ports[args.web_port] = "Apache Pulsar's admin API"
+    elif args.broker == "cluster":
+        if args.web_port is None:
+            free = not any(port_taken(8080 + i) for i in range(3))
+            args.web_port = 8080 if free else free_ports_in_a_row(3)
+        for i in range(3):
+            ports[args.broker_port + i] = f"broker {i + 1} of the cluster"
+            ports[args.web_port + i] = f"broker {i + 1}'s admin API"
     refuse_taken_ports(ports)
     runner = Runner(args)
     for signum in STOP_SIGNALS:

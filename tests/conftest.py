@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.apache_cluster import ApacheCluster
 from tests.support.apache_pulsar import ApachePulsar, missing_tools
 from tests.support.processes import Broker, Daemon
 from tests.support.senders import datagram_receiver, short_socket_path
@@ -35,6 +36,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def apache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApachePulsar]:
     """One Apache Pulsar standalone for the whole run (use unique topic names)."""
     instance = ApachePulsar(tmp_path_factory.mktemp("apache-pulsar"))
+    try:
+        instance.start()
+        yield instance
+    finally:
+        instance.kill()
+
+
+@pytest.fixture(scope="session")
+def apache_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheCluster]:
+    """One three-broker Apache Pulsar cluster for the whole run (unique namespaces; a test
+    that stops or kills a broker starts it again before it ends)."""
+    instance = ApacheCluster(tmp_path_factory.mktemp("apache-cluster"))
     try:
         instance.start()
         yield instance

@@ -12,8 +12,12 @@ RATE_LIMITED: Final = "rate_limited"
 BROKER_REJECTED: Final = "broker_rejected"
 RETRIES_EXHAUSTED: Final = "retries_exhausted"
 SHUTDOWN: Final = "shutdown"
-#: Not acked within ``--send-timeout-s`` of being sealed (the topic is stuck).
+#: Not acked within ``--send-timeout-s`` of being sealed (the topic is stuck), and never
+#: written to a broker: certainly not stored.
 SEND_TIMEOUT: Final = "send_timeout"
+#: Given up (``--send-timeout-s``, or at shutdown) after it had been written to a broker that
+#: never confirmed it: the broker may have stored it, so it is not counted as a loss.
+UNCONFIRMED: Final = "unconfirmed"
 #: Persistent topic, receipt for message id -1:-1 (``MessageDeduplication.isDuplicate``): the
 #: broker already holds a message with this producer name and sequence id that is not our
 #: copy, so this one was not stored.
@@ -43,9 +47,16 @@ ALL: Final = (
     RETRIES_EXHAUSTED,
     SHUTDOWN,
     SEND_TIMEOUT,
+    UNCONFIRMED,
     DEDUPLICATED,
     BROKER_DROPPED,
     SPOOL_DAMAGED,
     SCHEMA_INCOMPATIBLE,
     ENCRYPTION_FAILED,
 )
+
+
+def given_up(reason: str, send_attempts: int) -> str:
+    """The true reason for giving up a batch by time or at shutdown: ``unconfirmed`` once it
+    has been written to a broker (its outcome is unknown), else ``reason``."""
+    return UNCONFIRMED if send_attempts else reason

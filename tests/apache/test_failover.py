@@ -17,10 +17,6 @@ reason allowed here.  What the official client reads back is the truth.
 from __future__ import annotations
 
 import re
-import threading
-import time
-import uuid
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,15 +24,12 @@ import pytest
 
 from tests.support.apache_pulsar import ApachePulsar
 from tests.support.processes import Counters, Daemon, wait_for
+from tests.support.readback import SteadySender, assert_exactly_once, read_back, unique
 
 pytestmark = [pytest.mark.apache, pytest.mark.timeout(180)]
 
 #: Discards that are not a loss: the broker had the batch already.
 HARMLESS_DISCARDS = {"deduplicated"}
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 def dedup_namespace(apache: ApachePulsar) -> str:
@@ -45,118 +38,6 @@ def dedup_namespace(apache: ApachePulsar) -> str:
     apache.admin.create_namespace(namespace)
     apache.admin.set_deduplication(namespace, True)
     return namespace
-
-
-def value(prefix: str, i: int) -> bytes:
-    return b"%s-%07d" % (prefix.encode(), i)
-
-
-class SteadySender(threading.Thread):
-    """Sends ``value(prefix, i)`` for i in ``range(count)`` to ``topic`` at ``rate`` per second
-    from a thread of its own, recording what the daemon's socket took; stops at the first
-    error (the daemon went away) or when told to."""
-
-    def __init__(self, daemon: Daemon, topic: str, prefix: str, count: int, rate: float):
-        super().__init__(daemon=True, name=f"sender-{prefix}")
-        self.daemon_process = daemon
-        self.topic = topic
-        self.prefix = prefix
-        self.count = count
-        self.rate = rate
-        self.sent: list[bytes] = []
-        self.error: BaseException | None = None
-        self.stop_sending = threading.Event()
-
-    def run(self) -> None:
-        start = time.monotonic()
-        try:
-            with self.daemon_process.sender() as sender:
-                for i in range(self.count):
-                    delay = start + i / self.rate - time.monotonic()
-                    # pacing, not synchronisation: the stop event ends the wait early
-                    if delay > 0 and self.stop_sending.wait(delay):
-                        return
-                    if self.stop_sending.is_set():
-                        return
-                    data = value(self.prefix, i)
-                    sender.send(self.topic, data)
-                    self.sent.append(data)
-        except Exception as exc:  # the daemon went away: the sends that succeeded are the sent
-            self.error = exc
-
-    def at_least(self, n: int) -> Callable[[], bool]:
-        return lambda: len(self.sent) >= n or not self.is_alive()
-
-    def finish(self, timeout: float) -> list[bytes]:
-        self.join(timeout)
-        assert not self.is_alive(), f"{self.name} still sending after {timeout:.0f} s"
-        return list(self.sent)
-
-
-class ReadBack(Counter[bytes]):
-    """Each value read back, how many times; ``copies``: where each copy was stored."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.copies: dict[bytes, list[str]] = {}
-
-
-def read_back(
-    service_url: str, topic: str, expected: int, timeout: float = 60.0, quiet: float = 3.0
-) -> ReadBack:
-    """Every value on ``topic`` from the beginning, with the official client: reads until
-    ``expected`` messages have arrived (or ``timeout``), then on until nothing more came
-    for ``quiet`` seconds, so a value stored twice is read twice."""
-    import pulsar
-
-    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
-    try:
-        consumer = client.subscribe(
-            topic,
-            f"read-back-{time.monotonic_ns()}",
-            initial_position=pulsar.InitialPosition.Earliest,
-        )
-        values = ReadBack()
-        received = 0
-        deadline = time.monotonic() + timeout
-        quiet_until = float("inf")
-        while True:
-            now = time.monotonic()
-            end = min(deadline + quiet, quiet_until) if received >= expected else deadline
-            if now >= end:
-                return values
-            try:
-                message = consumer.receive(max(1, min(int((end - now) * 1000), 1000)))
-            except pulsar.Timeout:
-                continue
-            values[message.data()] += 1
-            values.copies.setdefault(message.data(), []).append(
-                f"{message.topic_name().rsplit('-', 1)[-1]} id {message.message_id()} "
-                f"by {message.producer_name()} at {message.publish_timestamp()}"
-            )
-            received += 1
-            consumer.acknowledge(message)
-            if received >= expected:
-                quiet_until = time.monotonic() + quiet
-    finally:
-        client.close()
-
-
-def assert_exactly_once(
-    read: ReadBack, sent: list[bytes], context: Callable[[], str] = str
-) -> None:
-    """The multiset read back is the set sent: no value missing, none twice, none unknown."""
-    assert len(set(sent)) == len(sent), "the test sent a value twice"
-    expected = Counter(sent)
-    lost = sorted(expected - read)
-    twice = sorted(v for v, n in read.items() if n > 1)
-    unknown = sorted(set(read) - set(expected))
-    assert not lost and not twice and not unknown, (
-        f"sent {len(sent)}, read {sum(read.values())}: {len(lost)} lost {lost[:10]}, "
-        f"{len(twice)} stored twice {twice[:10]}, {len(unknown)} unknown {unknown[:10]}\n"
-        + "".join(f"  {v!r}: {read.copies[v]}\n" for v in twice[:20])
-        + context()
-    )
 
 
 def evidence(daemon: Daemon, apache: ApachePulsar) -> str:
@@ -208,7 +89,7 @@ def test_topic_unloads_mid_stream_lose_and_duplicate_nothing(
     daemon = start_daemon(apache.url, "--batch-max-messages", "20", "--batch-max-delay-ms", "5")
     daemon.warm_up(topic, 4)
     n = 3000
-    sender = SteadySender(daemon, topic, "u", n, rate=600)
+    sender = SteadySender(daemon.sender, topic, "u", n, rate=600)
     sender.start()
     for fraction in (0.25, 0.5, 0.75):
         wait_for(sender.at_least(int(n * fraction)), 30, f"{fraction:.0%} sent")
@@ -234,15 +115,11 @@ def test_broker_sigkill_mid_stream_loses_and_duplicates_nothing(
     namespace = dedup_namespace(apache)
     topic = f"persistent://{namespace}/{unique('kill')}"
     apache.admin.create_partitioned_topic(topic, 4)
-    daemon = start_daemon(
-        apache.url,
-        "--batch-max-messages", "20",
-        "--batch-max-delay-ms", "5",
-        "--send-timeout-s", "120",
-    )  # fmt: skip
+    # The daemon's defaults ride the restart out: no send timeout (issue 28).
+    daemon = start_daemon(apache.url, "--batch-max-messages", "20", "--batch-max-delay-ms", "5")
     daemon.warm_up(topic, 4)
     n = 3000
-    sender = SteadySender(daemon, topic, "k", n, rate=150)
+    sender = SteadySender(daemon.sender, topic, "k", n, rate=150)
     sender.start()
     wait_for(sender.at_least(n // 3), 30, "a third sent")
     apache.kill()
@@ -283,7 +160,7 @@ def test_daemon_restart_on_its_spool_loses_and_duplicates_nothing(
     )  # fmt: skip
     first = start_daemon(apache.url, *args)
     first.warm_up(topic, 4)
-    before = SteadySender(first, topic, "a", 20_000, rate=2000)
+    before = SteadySender(first.sender, topic, "a", 20_000, rate=2000)
     before.start()
     wait_for(before.at_least(2000), 30, "2000 sent")
     assert first.terminate() == 0
@@ -299,7 +176,7 @@ def test_daemon_restart_on_its_spool_loses_and_duplicates_nothing(
     # the replayed batches it stored before the shutdown.
     second = Daemon(first.workdir, apache.url, list(args))
     try:
-        after = SteadySender(second, topic, "b", 1000, rate=2000)
+        after = SteadySender(second.sender, topic, "b", 1000, rate=2000)
         after.start()
         sent_after = after.finish(30)
         assert after.error is None, f"sending failed: {after.error!r}"

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from tests.support.apache_pulsar import ApachePulsar
-from tests.support.consume import consume
+from tests.support.consume import consume, misplaced, send_keyed_to_fresh_topics
 from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.apache
@@ -55,6 +55,23 @@ def test_partition_key_is_key_modulo_partitions(apache: ApachePulsar, start_daem
     assert len(messages) == len(keys) * 3
     for message in messages:
         assert message.partition == int(message.value.split(b":")[0]) % 4, message
+
+
+def test_partition_keys_sent_before_any_producer_is_ready_stay_on_k_mod_n(
+    apache: ApachePulsar, start_daemon
+) -> None:
+    """Fresh 8-partition topics, PartitionKey messages sent at once, before any producer is
+    ready: a partition still being created is waited for, never failed over from."""
+    daemon = start_daemon(apache.url)
+    topics = [partitioned(apache, "fresh", 8) for _ in range(6)]
+    send_keyed_to_fresh_topics(daemon, topics, 200)
+    counters = daemon.wait_settled(6 * 200, timeout=120)
+    assert counters.acked == 6 * 200, counters
+    for topic in topics:
+        messages = consume(apache.url, topic, 200)
+        assert sorted(int(m.value) for m in messages) == list(range(200))
+        wrong = misplaced(messages, 8)
+        assert not wrong, f"{len(wrong)} not on K % 8: {wrong[:5]}"
 
 
 def test_message_record_properties_and_binary_keys(apache: ApachePulsar, start_daemon) -> None:

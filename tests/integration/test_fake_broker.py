@@ -473,13 +473,18 @@ def test_checksum_error_on_an_intact_batch_resends_it(fake_broker, start_daemon)
     assert counters.possible_duplicates == 1
 
 
-def test_send_timeout_discards_what_a_stuck_topic_holds(fake_broker, start_daemon):
+def test_send_timeout_gives_up_what_a_stuck_topic_holds_as_unconfirmed(
+    fake_broker, start_daemon
+):
+    """A user's bound (the default is none): written to a broker that never confirms, the
+    messages are given up as ``unconfirmed`` (the broker may have them), never as lost."""
     broker = fake_broker()
     daemon = start_daemon(broker.url, *FAST, "--send-timeout-s", "1", "--receipt-timeout-s", "30")
     broker.swallow_receipts()  # connected, answering pings, never confirming
     send_values(daemon, unique_topic("stuck"), [b"a", b"b", b"c"])
     counters = daemon.wait_settled(3, timeout=20)
-    assert counters.discarded["send_timeout"] == 3 and counters.acked == 0
+    assert counters.discarded["unconfirmed"] == 3 and counters.acked == 0
+    assert counters.discarded["send_timeout"] == 0
     assert "not acked within 1 s" in daemon.log()
 
 

@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from tests.support.consume import consume
+from tests.support.consume import consume, misplaced, send_keyed_to_fresh_topics
 from tests.support.processes import Broker, wait_for
 
 pytestmark = pytest.mark.broker
@@ -71,6 +71,28 @@ def test_partition_key_lands_on_key_modulo_partitions(broker: Broker, start_daem
     for message in messages:
         pk = int(message.value.split(b":")[0])
         assert message.partition == pk % 4, message
+
+
+def test_partition_keys_sent_before_any_producer_is_ready_stay_on_k_mod_n(
+    tmp_path, start_daemon
+) -> None:
+    """Fresh 8-partition topics, PartitionKey messages sent at once: a partition whose
+    producer is still being created is not unavailable, so nothing fails over (issue 28)."""
+    broker = Broker(tmp_path / "broker8", partitions=8)
+    broker.start()
+    try:
+        daemon = start_daemon(broker.url)
+        topics = [f"persistent://public/default/{unique('fresh')}" for _ in range(6)]
+        send_keyed_to_fresh_topics(daemon, topics, 200)
+        counters = daemon.wait_settled(6 * 200, timeout=60)
+        assert counters.acked == 6 * 200, counters
+        for topic in topics:
+            messages = consume(broker.url, topic, 200)
+            assert sorted(int(m.value) for m in messages) == list(range(200))
+            wrong = misplaced(messages, 8)
+            assert not wrong, f"{len(wrong)} not on K % 8: {wrong[:5]}"
+    finally:
+        broker.kill()
 
 
 #: Where the compiled intake reads (the kernel queue's length picks one; both are run here).

@@ -133,6 +133,25 @@ def classpath() -> str:
     return cached.read_text()
 
 
+def java_command(heap: str, direct_memory: str = "512m") -> list[str]:
+    """``java`` with the classpath, heap and flags every Pulsar JVM here gets; the main class
+    and its arguments follow."""
+    opens = [arg for module in JVM_OPENS for arg in ("--add-opens", f"{module}=ALL-UNNAMED")]
+    properties = [f"-D{key}={value}" for key, value in JVM_PROPERTIES.items()]
+    return [
+        "java",
+        f"-Xms{heap}",
+        f"-Xmx{heap}",
+        f"-XX:MaxDirectMemorySize={direct_memory}",
+        "-XX:+UseG1GC",
+        "-cp",
+        classpath(),
+        *opens,
+        *properties,
+        f"-Dlog4j.configurationFile={LOG4J_CONF}",
+    ]
+
+
 def render_config(settings: Mapping[str, str]) -> str:
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
@@ -181,19 +200,8 @@ class ApachePulsar:
         return self.workdir / "broker.log"
 
     def command(self) -> list[str]:
-        opens = [arg for module in JVM_OPENS for arg in ("--add-opens", f"{module}=ALL-UNNAMED")]
-        properties = [f"-D{key}={value}" for key, value in JVM_PROPERTIES.items()]
         return [
-            "java",
-            f"-Xms{self.heap}",
-            f"-Xmx{self.heap}",
-            "-XX:MaxDirectMemorySize=512m",
-            "-XX:+UseG1GC",
-            "-cp",
-            classpath(),
-            *opens,
-            *properties,
-            f"-Dlog4j.configurationFile={LOG4J_CONF}",
+            *java_command(self.heap),
             "org.apache.pulsar.PulsarStandaloneStarter",
             "--config", "standalone.conf",
             "--no-functions-worker",
@@ -215,12 +223,7 @@ class ApachePulsar:
         if self.process is not None and self.process.poll() is not None:
             tail = self.log_path.read_text(errors="replace")[-3000:]
             raise ProcessError(f"Apache Pulsar exited with {self.process.returncode}:\n{tail}")
-        if not port_open(self.web_port) or not port_open(self.port):
-            return False
-        try:
-            return "public/default" in self.admin.get("/admin/v2/namespaces/public")
-        except (OSError, AdminError):
-            return False
+        return serving(self.admin, self.port, self.web_port)
 
     @property
     def pid(self) -> int:
@@ -257,6 +260,16 @@ class AdminError(Exception):
         self.status = status
 
 
+def serving(admin: Admin, port: int, web_port: int) -> bool:
+    """A broker is ready: both its ports accept and its admin API lists ``public/default``."""
+    if not port_open(web_port) or not port_open(port):
+        return False
+    try:
+        return "public/default" in admin.get("/admin/v2/namespaces/public")
+    except (OSError, AdminError):
+        return False
+
+
 def topic_path(topic: str) -> str:
     """``persistent://t/ns/x`` (or a short name) -> ``persistent/t/ns/x`` for REST paths."""
     if "://" not in topic:
@@ -269,21 +282,31 @@ class Admin:
     """The few admin REST calls the tests use (``/admin/v2``), as a superuser when a token
     is given (``brokerClientAuthenticationParameters`` of the form ``token:...``)."""
 
-    def __init__(self, web_url: str, auth_params: str | None = None):
+    def __init__(self, web_url: str, auth_params: str | None = None, cluster: str = "standalone"):
         self.web_url = web_url
         self.token = auth_params.removeprefix("token:") if auth_params else None
+        self.cluster = cluster
 
     def call(self, method: str, path: str, body: Any = None) -> str:
+        """One REST call; a broker that does not own the bundle answers 307 with the owner's
+        address, followed here with the same method and body (urllib follows GETs only)."""
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.web_url + path, data=data, method=method)
-        request.add_header("Content-Type", "application/json")
-        if self.token:
-            request.add_header("Authorization", f"Bearer {self.token}")
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return str(response.read().decode())
-        except urllib.error.HTTPError as exc:
-            raise AdminError(exc.code, exc.read().decode(errors="replace")) from exc
+        url = self.web_url + path
+        for _ in range(5):
+            request = urllib.request.Request(url, data=data, method=method)
+            request.add_header("Content-Type", "application/json")
+            if self.token:
+                request.add_header("Authorization", f"Bearer {self.token}")
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    return str(response.read().decode())
+            except urllib.error.HTTPError as exc:
+                location = exc.headers.get("Location")
+                if exc.code in (307, 308) and location:
+                    url = location
+                    continue
+                raise AdminError(exc.code, exc.read().decode(errors="replace")) from exc
+        raise AdminError(307, f"too many redirects for {method} {path}")
 
     def get(self, path: str) -> str:
         return self.call("GET", path)
@@ -294,7 +317,7 @@ class Admin:
     # -- tenants, namespaces, topics ------------------------------------------------------
 
     def create_tenant(self, tenant: str, admin_roles: list[str] | None = None) -> None:
-        info = {"adminRoles": admin_roles or [], "allowedClusters": ["standalone"]}
+        info = {"adminRoles": admin_roles or [], "allowedClusters": [self.cluster]}
         self.call("PUT", f"/admin/v2/tenants/{tenant}", info)
 
     def create_namespace(self, namespace: str, policies: dict[str, Any] | None = None) -> None:
@@ -326,6 +349,12 @@ class Admin:
         return self.get_json(f"/admin/v2/{topic_path(topic)}/partitioned-stats?perPartition=true")
 
     # -- policies -------------------------------------------------------------------------
+
+    def set_retention(self, namespace: str, minutes: int = 60, size_mb: int = 1024) -> None:
+        """Keep acknowledged (and, on a topic with no subscription yet, all) messages: without
+        it the broker deletes a closed ledger no subscription needs (an unload closes one)."""
+        policy = {"retentionTimeInMinutes": minutes, "retentionSizeInMB": size_mb}
+        self.call("POST", f"/admin/v2/namespaces/{namespace}/retention", policy)
 
     def set_deduplication(self, namespace: str, enabled: bool = True) -> None:
         self.call("POST", f"/admin/v2/namespaces/{namespace}/deduplication", enabled)

@@ -86,3 +86,17 @@ def _read(client: Any, topic: str, count: int, deadline: float) -> list[Received
     finally:
         consumer.close()
     return messages
+
+
+def send_keyed_to_fresh_topics(daemon: Any, topics: list[str], per_topic: int) -> None:
+    """PartitionKey ``k`` with value ``b"k"`` for k in ``range(per_topic)`` to every topic,
+    interleaved, at once: sent before any of their producers can be ready."""
+    with daemon.sender() as sender:
+        for key in range(per_topic):
+            for topic in topics:
+                sender.send(topic, b"%d" % key, partition_key=key)
+
+
+def misplaced(messages: list[Received], partitions: int) -> list[Received]:
+    """The messages (value ``b"k"``) not on partition ``k % partitions``."""
+    return [m for m in messages if m.partition != int(m.value) % partitions]

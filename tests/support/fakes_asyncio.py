@@ -323,7 +323,8 @@ class FakeBrokerConnection:
 class FakePool:
     """A ConnectionPool that looks every topic up on one fake broker.
 
-    ``get`` hands out the current connection, or a new one when the last one was lost.
+    ``get`` hands out the current connection, or a new one when the last one was lost
+    (or raises the next of ``get_errors``: the looked-up broker cannot be reached).
     ``lookup_errors`` are raised by the next lookups, ``request_errors`` by the next
     producer requests on any connection; with ``lookups_hang`` no lookup ever completes
     (a broker that never answers).  ``partition_count`` takes its answers
@@ -333,6 +334,7 @@ class FakePool:
     def __init__(self, *, lookups_hang: bool = False, **connection_options: Any) -> None:
         self.lookups: list[str] = []
         self.lookup_errors: deque[BaseException] = deque()
+        self.get_errors: deque[BaseException] = deque()
         self.request_errors: deque[BaseException] = deque()
         self.lookups_hang = lookups_hang
         self.opened: list[FakeBrokerConnection] = []
@@ -354,6 +356,8 @@ class FakePool:
         return BrokerAddress("pulsar://broker-1:6650")
 
     async def get(self, address: BrokerAddress) -> FakeBrokerConnection:
+        if self.get_errors:
+            raise self.get_errors.popleft()
         if not self.opened or self.opened[-1].closed:
             connection = FakeBrokerConnection(
                 address, errors=self.request_errors, **self._connection_options

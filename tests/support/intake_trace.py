@@ -2,7 +2,7 @@
 
 ``python -m tests.support.intake_trace SEED`` admits a few thousand random and
 fuzzed datagrams and stream records (three topics: round-robin over four
-partitions with one not ready, key routing with key-based batching and lz4, a
+partitions with one down and one being re-created, key routing with key-based batching and lz4, a
 rate limit; bad topics, malformed and oversized messages, a memory limit that
 fills) and prints, as JSON, every discard reason in order, every sealed batch
 (partition, count, charge, payload bytes, confirmation tag runs), every Send frame its producer
@@ -109,7 +109,9 @@ def run(seed: int) -> dict[str, Any]:
         producers = [PartitionProducer(f"{name}-partition-{i}", i, i + 1, policy) for i in range(4)]
         for producer in producers:
             producer.on_registered(f"producer-{name}-{producer.partition}", -1)
-        producers[2].ready = name != "plain"  # one partition down: failover
+        if name == "plain":  # one partition down (failover), one being re-created (waited for)
+            producers[2].ready = producers[2].available = False
+            producers[3].ready = False
         topic.producers.extend(producers)
         topic.partitioned = True
         if key_based:

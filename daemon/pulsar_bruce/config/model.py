@@ -173,9 +173,10 @@ class Config(TopicSettings, _ProcessOptions):
         30.0, parse_non_negative_number,
         "on SIGTERM/SIGINT, how long to wait for receipts before discarding", "SECONDS")
     send_timeout_s: float = option(
-        30.0, parse_non_negative_number,
-        "a batch not acked this long after it was sealed is discarded as send_timeout "
-        "(0: never)", "SECONDS")
+        0.0, parse_non_negative_number,
+        "a batch not acked this long after it was sealed is given up: as send_timeout, or as "
+        "unconfirmed if it had been written to a broker (0, the default: never; the buffer "
+        "and the spool bound what waits)", "SECONDS")
     max_send_attempts: int = option(
         10, parse_non_negative_int,
         "a batch the broker failed this many times (send error, overdue or mismatched "

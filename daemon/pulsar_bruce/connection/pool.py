@@ -6,7 +6,9 @@ URL, follow ``Redirect`` answers (carrying ``authoritative`` along) up to
 :data:`MAX_REDIRECTS` times, and honour ``proxy_through_service_url`` by
 connecting to the service URL with ``proxy_to_broker_url`` set.  Every lookup
 names the advertised listener, when one is configured.  A topic that migrated
-to another cluster is looked up at that cluster's service URL instead.
+to another cluster is looked up at that cluster's service URL instead.  A
+service URL naming several brokers is tried host after host: one broker down
+does not fail a lookup while another answers.
 """
 
 from __future__ import annotations
@@ -20,7 +22,12 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from pulsar_bruce.connection.auth import AuthProvider
-from pulsar_bruce.connection.broker_connection import BrokerConnection, ServerError, open_connection
+from pulsar_bruce.connection.broker_connection import (
+    BrokerConnection,
+    ConnectionClosedError,
+    ServerError,
+    open_connection,
+)
 from pulsar_bruce.connection.protocol import ConnectionCore
 from pulsar_bruce.frame import commands
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
@@ -90,6 +97,22 @@ class ConnectionPool:
         cluster, hosts = self._clusters[url]
         return BrokerAddress(cluster.url_for(*next(hosts)))
 
+    async def _service_connection(
+        self, cluster_url: str | None = None
+    ) -> tuple[BrokerAddress, BrokerConnection]:
+        """A connection to a host of the service URL (``cluster_url``'s, if given), trying
+        each host once before the last one's failure is raised."""
+        hosts = self.service.hosts if cluster_url is None else ServiceUrl.parse(cluster_url).hosts
+        for attempt in range(len(hosts)):
+            address = self.service_address() if cluster_url is None else self._cluster(cluster_url)
+            try:
+                return address, await self.get(address)
+            except (OSError, ConnectionClosedError) as exc:
+                if attempt == len(hosts) - 1:
+                    raise
+                log.debug("service host %s: %s; trying the next", address.url, exc)
+        raise AssertionError("a service URL has at least one host")
+
     @staticmethod
     def assigned_address(url: str, previous: BrokerAddress | None) -> BrokerAddress:
         """Where to reach the broker a CloseProducer assigned: directly, or through the same
@@ -151,7 +174,7 @@ class ConnectionPool:
 
     async def partition_count(self, topic: str) -> int:
         """Number of partitions of ``topic`` (0: not partitioned)."""
-        connection = await self.get(self.service_address())
+        _, connection = await self._service_connection()
         request_id = connection.next_request_id()
         try:
             response = await connection.request(
@@ -173,11 +196,12 @@ class ConnectionPool:
 
         ``cluster_url``: ask that cluster instead of ours (the topic migrated there).
         """
-        target = self.service_address() if cluster_url is None else self._cluster(cluster_url)
-        service = target
+        service, connection = await self._service_connection(cluster_url)
+        target = service
         authoritative = False
-        for _ in range(MAX_REDIRECTS + 1):
-            connection = await self.get(target)
+        for redirects in range(MAX_REDIRECTS + 1):
+            if redirects:
+                connection = await self.get(target)
             request_id = connection.next_request_id()
             try:
                 response = await connection.request(

@@ -23,10 +23,10 @@ from pulsar_bruce.connection.broker_connection import ConnectionClosedError, Ser
 from pulsar_bruce.connection.pool import ConnectionPool, TopicLookupError
 from pulsar_bruce.lifecycle.rate_limit import RateLimiter
 from pulsar_bruce.parse.topic import is_partition_name, partition_name
-from pulsar_bruce.producer.backoff import Backoff
+from pulsar_bruce.producer.backoff import Retry
 from pulsar_bruce.producer.delivery import DeliveryPolicy
 from pulsar_bruce.producer.driver import ProducerDriver
-from pulsar_bruce.producer.faults import is_permanent
+from pulsar_bruce.producer.faults import is_permanent, unreachable
 from pulsar_bruce.producer.partition_producer import PartitionProducer
 from pulsar_bruce.producer.sequenced_driver import SequencedDriver
 from pulsar_bruce.route.appender import Appender
@@ -176,13 +176,13 @@ class TopicManager:
 
     async def _resolve_partitions(self, topic: Topic) -> None:
         """Find the partition count (retrying with backoff) and start the producers."""
-        backoff = Backoff()
+        retry = Retry()
         while True:
             try:
                 count = await self._partition_count(topic.name)
                 break
             except _LOOKUP_FAILURES as exc:
-                delay = backoff.next_delay()
+                delay = retry.next_delay(not unreachable(exc))
                 dropped = 0
                 if is_permanent(getattr(exc, "error", None)):
                     # Refused for good (no such topic, not allowed): waiting cannot help.

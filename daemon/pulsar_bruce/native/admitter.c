@@ -15,9 +15,9 @@
 
 /* The attribute names looked up (pb_admitter_names; declared in native/contract.py). */
 PyObject *S_max_message_bytes, *S_rate_budget, *S_key_hash, *S_buffered_bytes,
-    *S_memory_limit, *S_producers, *S_round_robin, *S_batch, *S_ready, *S_max_batch_bytes,
-    *S_tags, *S_policy, *S_max_messages, *S_key_based, *S_outstanding, *S_seal,
-    *S_batch_sealed, *S_batch_opened, *S_tag_last, *S_tag, *S_count;
+    *S_memory_limit, *S_producers, *S_round_robin, *S_batch, *S_ready, *S_available,
+    *S_max_batch_bytes, *S_tags, *S_policy, *S_max_messages, *S_key_based, *S_outstanding,
+    *S_seal, *S_batch_sealed, *S_batch_opened, *S_tag_last, *S_tag, *S_count;
 
 /* Before any Python code runs: the ledger gets the pending acceptances, the cache goes. */
 int pb_settle(Admitter *self) {
@@ -334,7 +334,7 @@ int pb_admitter_names(void) {
         {&S_key_hash, "key_hash"}, {&S_buffered_bytes, "buffered_bytes"},
         {&S_memory_limit, "memory_limit"}, {&S_producers, "producers"},
         {&S_round_robin, "round_robin"}, {&S_batch, "batch"}, {&S_ready, "ready"},
-        {&S_max_batch_bytes, "max_batch_bytes"}, {&S_tags, "tags"},
+        {&S_available, "available"}, {&S_max_batch_bytes, "max_batch_bytes"}, {&S_tags, "tags"},
         {&S_policy, "policy"}, {&S_max_messages, "max_messages"}, {&S_key_based, "key_based"},
         {&S_outstanding, "outstanding"}, {&S_seal, "seal"}, {&S_batch_sealed, "batch_sealed"},
         {&S_batch_opened, "batch_opened"}, {&S_tag_last, "tag_last"},

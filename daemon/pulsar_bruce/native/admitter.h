@@ -6,8 +6,8 @@
 #include "intake.h"
 
 extern PyObject *S_max_message_bytes, *S_rate_budget, *S_key_hash, *S_buffered_bytes,
-    *S_memory_limit, *S_producers, *S_round_robin, *S_batch, *S_ready, *S_max_batch_bytes,
-    *S_tags, *S_policy, *S_max_messages, *S_key_based, *S_outstanding, *S_seal,
+    *S_memory_limit, *S_producers, *S_round_robin, *S_batch, *S_ready, *S_available,
+    *S_max_batch_bytes, *S_tags, *S_policy, *S_max_messages, *S_key_based, *S_outstanding, *S_seal,
     *S_batch_sealed, *S_batch_opened, *S_tag_last, *S_tag, *S_count;
 
 /* Within one admit() or admit_records() call, Python code runs only at the call-outs

@@ -43,13 +43,15 @@ int pb_load_producer_limits(Admitter *self, PyObject *producer) {
     return 0;
 }
 
-static int is_ready(PyObject *producer) {
-    PyObject *ready = PyObject_GetAttr(producer, S_ready);
-    if (!ready) return -1;
-    int truth = PyObject_IsTrue(ready);
-    Py_DECREF(ready);
+static int is_true(PyObject *producer, PyObject *name) {
+    PyObject *value = PyObject_GetAttr(producer, name);
+    if (!value) return -1;
+    int truth = PyObject_IsTrue(value);
+    Py_DECREF(value);
     return truth;
 }
+
+static int is_ready(PyObject *producer) { return is_true(producer, S_ready); }
 
 /* The open batch of ``producer`` (new reference); it must be an Entries. */
 Entries *pb_batch_of(PyObject *producer) {
@@ -72,15 +74,18 @@ PyObject *pb_choose(PyObject *topic, PyObject *producers, long long partition_ke
     Py_ssize_t count = PyList_GET_SIZE(producers);
     if (partition_key >= 0) {
         long long first = floor_mod(partition_key, count);
-        for (Py_ssize_t step = 0; step < count; step++) {
+        PyObject *preferred = PyList_GET_ITEM(producers, first);
+        int available = is_true(preferred, S_available);
+        if (available < 0) return NULL;
+        if (available) { Py_INCREF(preferred); return preferred; }
+        for (Py_ssize_t step = 1; step < count; step++) {
             PyObject *candidate = PyList_GET_ITEM(producers, (first + step) % count);
             int ready = is_ready(candidate);
             if (ready < 0) return NULL;
             if (ready) { Py_INCREF(candidate); return candidate; }
         }
-        PyObject *chosen = PyList_GET_ITEM(producers, first);
-        Py_INCREF(chosen);
-        return chosen;
+        Py_INCREF(preferred);
+        return preferred;
     }
     long long index;
     if (pb_get_ll(topic, S_round_robin, &index) < 0) return NULL;

@@ -19,7 +19,7 @@ ADMITTER_READS: Final[dict[tuple[str, str], tuple[str, ...]]] = {
         "max_message_bytes", "rate_budget", "key_hash", "producers", "round_robin",
     ),
     ("producer.partition_producer", "PartitionProducer"): (
-        "batch", "ready", "max_batch_bytes", "policy", "seal",
+        "batch", "ready", "available", "max_batch_bytes", "policy", "seal",
     ),
     ("producer.partition_producer", "BatchPolicy"): ("max_messages", "key_based"),
     ("batch.batch_builder", "BatchBuilder"): ("tags", "tag_last"),

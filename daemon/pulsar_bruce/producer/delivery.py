@@ -49,8 +49,12 @@ class DeliveryPolicy:
 
     #: A batch unconfirmed this long makes us drop the connection and resend.
     receipt_timeout_s: float = 30.0
-    #: A batch not acked this long after it was sealed is discarded (0: never).
-    send_timeout_s: float = 30.0
+    #: A batch not acked this long after it was sealed is given up (0: never, the default:
+    #: a forwarder rides out a cluster that is slow to come back).
+    send_timeout_s: float = 0.0
     #: A batch the broker failed this many times is not written again (0: no limit); see
     #: ``SealedBatch.failed_sends``.
     max_send_attempts: int = 10
+    #: How long a partition may be away (an unload, a topic being loaded) before PartitionKey
+    #: messages fail over from it; a failure to reach any broker fails them over at once.
+    failover_grace_s: float = 10.0

@@ -15,6 +15,12 @@ it is closed and re-created on the shared connection (``CloseProducer``, then
 re-creates just the producer after a failed send (``ClientCnx.handleSendError``);
 the other producers on that connection go on.  Only connection-level failures
 (I/O errors, keep-alive silence, bad framing) drop the connection.
+
+Retries stay short while the cluster answers (``backoff.Retry``), so a producer
+is back within about a second of its bundle's new owner.  For PartitionKey
+routing the partition stays available (its messages wait for it) while it is
+being created or re-created; it becomes unavailable (they fail over) once an
+attempt finds no broker, or it has been away for ``failover_grace_s``.
 """
 
 from __future__ import annotations
@@ -34,15 +40,17 @@ from pulsar_bruce.connection.pool import BrokerAddress, ConnectionPool, TopicLoo
 from pulsar_bruce.frame import commands
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.producer.answers import BrokerAnswers
-from pulsar_bruce.producer.backoff import Backoff
+from pulsar_bruce.producer.backoff import Retry
 from pulsar_bruce.producer.delivery import DeliveryListener, DeliveryPolicy, SendJournal
 from pulsar_bruce.producer.faults import (
     Refusal,
+    answered,
     count_failure,
     creation_refusal,
     error_name,
     one_line,
     refusal_reason,
+    unreachable,
 )
 from pulsar_bruce.producer.partition_producer import PartitionProducer
 from pulsar_bruce.producer.send_timeout import SendTimeout
@@ -88,7 +96,11 @@ class ProducerDriver(BrokerAnswers):
         self._at_limit = False
         #: Reasons of -1:-1 receipts already logged at warning level.
         self._unstored_logged: set[str] = set()
-        self._backoff = Backoff()
+        self._retry = Retry()
+        #: Ends the failover grace (None: not running).
+        self._grace: asyncio.TimerHandle | None = None
+        #: This attempt's lookup named the owner (a failure to reach it is the cluster's answer).
+        self._owner_named = False
         self._loop = asyncio.get_running_loop()
         self.send_timeout = SendTimeout(
             producer,
@@ -108,6 +120,7 @@ class ProducerDriver(BrokerAnswers):
             self._linger.cancel()
         if self._receipt_check is not None:
             self._receipt_check.cancel()
+        self._end_grace()
         self.send_timeout.cancel()
         if self._task is not None:
             self._task.cancel()
@@ -142,8 +155,11 @@ class ProducerDriver(BrokerAnswers):
         """
         producer = self.producer
         refusal, error = creation_refusal(exc)
-        answered = isinstance(exc, (TopicLookupError, ServerError)) or error is not None
-        delay = self._backoff.next_delay() if answered else self._retry_delay()
+        delay = self._retry.next_delay(answered(exc, self._owner_named))
+        if refusal is Refusal.PERMANENT or unreachable(exc):
+            self._unavailable(f"{exc or type(exc).__name__}")
+        else:
+            self._start_grace()
         if refusal is Refusal.PERMANENT and self._reject(error_name(error), str(exc)):
             return delay  # our schema refused: its one line is said, retries are quiet
         elif refusal is Refusal.NAME_CONFLICT and producer.name_is_ours and producer.name:
@@ -159,16 +175,43 @@ class ProducerDriver(BrokerAnswers):
         return delay
 
     def _retry_delay(self) -> float:
-        """No wait when the broker named where to go (the Java client reconnects at once)."""
-        return 0.0 if self._assigned_url is not None else self._backoff.next_delay()
+        """After a lost connection or producer: no wait when the broker named where to go
+        (the Java client reconnects at once), else a short one."""
+        return 0.0 if self._assigned_url is not None else self._retry.next_delay(True)
+
+    # -- availability (PartitionKey failover) ------------------------------------------
+
+    def _start_grace(self) -> None:
+        if self._grace is None and self.producer.available and not self.producer.ready:
+            self._grace = self._loop.call_later(self.delivery.failover_grace_s, self._grace_over)
+
+    def _grace_over(self) -> None:
+        self._grace = None
+        if not self.producer.ready:
+            self._unavailable(f"not back within {self.delivery.failover_grace_s:g} s")
+
+    def _end_grace(self) -> None:
+        if self._grace is not None:
+            self._grace.cancel()
+            self._grace = None
+
+    def _unavailable(self, why: str) -> None:
+        """PartitionKey messages fail over from this partition until it is ready again."""
+        self._end_grace()
+        if self.producer.available:
+            self.producer.available = False
+            log.info("%s unavailable (%s); PartitionKey messages fail over to the next "
+                     "ready partition", self.producer.topic, why)  # fmt: skip
 
     async def _connect(self) -> None:
         producer = self.producer
         assigned, self._assigned_url = self._assigned_url, None
+        self._owner_named = False
         if assigned is not None:
             address = self.pool.assigned_address(assigned, self._address)
         else:
             address = await self.pool.lookup(producer.topic, self._cluster_url)
+        self._owner_named = True
         self._address = address
         connection = await self.pool.get(address)
         self._lost.clear()
@@ -211,7 +254,8 @@ class ProducerDriver(BrokerAnswers):
         producer.max_batch_bytes = min(producer.max_batch_bytes, self.topic_batch_limit)
         self.connection = connection
         self._epoch += 1
-        self._backoff.reset()
+        self._retry.reset()
+        self._end_grace()
         self._at_limit = False
         if self.rejected is not None:
             log.info("%s accepts our producer again (was %s)", producer.topic, self.rejected)
@@ -393,7 +437,9 @@ class ProducerDriver(BrokerAnswers):
         self._mark_lost()
 
     def _mark_lost(self) -> None:
-        """Stop routing to and writing on this producer at once; ``_run`` reconnects."""
+        """Stop routing to and writing on this producer at once; ``_run`` reconnects (its
+        PartitionKey messages wait for it through the failover grace)."""
         self.connection = None
         self.producer.on_disconnected()
+        self._start_grace()
         self._lost.set()

@@ -167,3 +167,26 @@ def count_failure(batch: SealedBatch | None) -> None:
     """The broker failed ``batch`` (see ``SealedBatch.failed_sends``)."""
     if batch is not None:
         batch.failed_sends += 1
+
+
+#: Answers with which a broker asks for time (throttled lookups, a name or the producer limit
+#: taken): retried after a growing wait, as if nothing had answered.
+_SLOW_DOWN = frozenset({pb.TooManyRequests, pb.ProducerBusy})
+
+
+def unreachable(exc: BaseException) -> bool:
+    """No broker answered the attempt (refused or lost connection, no answer in time)."""
+    return isinstance(exc, (OSError, ConnectionClosedError))
+
+
+def answered(exc: BaseException, owner_named: bool) -> bool:
+    """Whether a failed attempt to create a producer counts as answered by the cluster, so
+    the next one comes soon (``backoff.Retry``): a broker's error other than a request to
+    slow down, or an owner named by a lookup that cannot be reached (it died; the cluster
+    hands its bundles to another broker once its metadata session expires)."""
+    refusal, error = creation_refusal(exc)
+    if refusal is not Refusal.RETRY:
+        return False
+    if isinstance(exc, (ServerError, TopicLookupError)):
+        return error not in _SLOW_DOWN
+    return owner_named and unreachable(exc) and not isinstance(exc, TimeoutError)

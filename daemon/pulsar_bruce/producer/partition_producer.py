@@ -86,6 +86,7 @@ class PartitionProducer:
     """Batching and delivery state of one partition's producer."""
 
     __slots__ = (
+        "available",
         "batch",
         "closing",
         "compression_tries",
@@ -118,6 +119,10 @@ class PartitionProducer:
         self.pending: deque[SealedBatch] = deque()
         self.in_flight = 0
         self.ready = False
+        #: For PartitionKey routing (Bruce's "available"): ready, or being created or
+        #: re-created and not yet failed; the driver clears it when the partition cannot be
+        #: reached or stays away past the failover grace, and :meth:`on_registered` sets it.
+        self.available = True
         #: Being closed on the broker (to be re-created): nothing is written, receipts still count.
         self.closing = False
         self.name: str | None = None
@@ -178,6 +183,7 @@ class PartitionProducer:
         else:
             renumbered = renumber_above(self, last_sequence_id)
         self.ready = True
+        self.available = True
         self.closing = False
         self.in_flight = 0
         return renumbered

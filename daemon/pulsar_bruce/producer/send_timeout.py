@@ -1,8 +1,11 @@
-"""The send timeout of one partition producer: a stuck topic cannot hide behind retries.
+"""The send timeout of one partition producer, for users who want a bound (off by default).
 
 Each sealed batch is stamped with the time it was first seen pending; a timer
-discards the batches older than ``send_timeout_s`` as ``send_timeout`` and re-arms
-itself for the oldest one left.  The clock is passed in, so tests drive it.
+gives up the batches older than ``send_timeout_s`` and re-arms itself for the
+oldest one left.  A batch never written to a broker is discarded as
+``send_timeout``; one written but never confirmed as ``unconfirmed``, since the
+broker may have stored it (the discard counter never claims a loss that did not
+happen).  The clock is passed in, so tests drive it.
 """
 
 from __future__ import annotations
@@ -67,13 +70,18 @@ class SendTimeout:
         now = self._now()
         expired = self.producer.expire(now - timeout)
         if expired:
+            counts = {reasons.SEND_TIMEOUT: 0, reasons.UNCONFIRMED: 0}
             for batch in expired:
-                self.listener.batch_discarded(batch, reasons.SEND_TIMEOUT)
+                reason = reasons.given_up(reasons.SEND_TIMEOUT, batch.send_attempts)
+                counts[reason] += batch.count
+                self.listener.batch_discarded(batch, reason)
             log.warning(
-                "%s: %d messages not acked within %.0f s; discarded as send_timeout",
+                "%s: not acked within %.0f s (--send-timeout-s): %d messages never written "
+                "discarded as send_timeout, %d written but unconfirmed as unconfirmed",
                 self.producer.topic,
-                sum(batch.count for batch in expired),
                 timeout,
+                counts[reasons.SEND_TIMEOUT],
+                counts[reasons.UNCONFIRMED],
             )
         pending = self.producer.pending
         if pending:

@@ -60,7 +60,7 @@ class SequencedDriver(ProducerDriver):
         refusal, _ = creation_refusal(exc)
         if refusal is not Refusal.NAME_CONFLICT:
             return super()._not_connected(exc)
-        delay = min(self._backoff.next_delay(), NAME_WAIT_MAX_S)
+        delay = min(self._retry.next_delay(False), NAME_WAIT_MAX_S)
         log.info("%s: producer name %s is still held (an earlier attempt's producer); "
                  "trying again in %.1f s", self.producer.topic, self.producer.name,
                  delay)  # fmt: skip

@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Protocol
 
+from pulsar_bruce import reasons
 from pulsar_bruce.batch.batch_builder import batch_entries_of
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import settle_tags
@@ -121,12 +122,13 @@ class Outcomes:
         return total
 
     def discard_everything(self, topics: Iterable[Topic], reason: str) -> int:
-        """Shutdown: give up every buffered message; returns how many."""
+        """Shutdown: give up every buffered message (as ``unconfirmed`` what had been written
+        to a broker: it may be stored); returns how many."""
         total = 0
         for topic in topics:
             for producer in [*topic.owned_producers(), *topic.sequenced]:
                 for batch in producer.take_all():
-                    self.discarded(topic, batch, reason)
+                    self.discarded(topic, batch, reasons.given_up(reason, batch.send_attempts))
                     total += batch.count
             total += self.discard_waiting(topic, reason)
         return total

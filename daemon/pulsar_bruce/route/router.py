@@ -2,9 +2,11 @@
 
 AnyPartition: round-robin over the available partitions, switching once per
 batch (the current partition is kept until its open batch has been sealed).
-PartitionKey: ``key % N``; if that partition's producer is not ready, the next
-ready one (``+1, +2, ...`` wrapping); the first choice again as soon as it is
-ready.  When no partition is ready, messages wait on the first choice.
+PartitionKey: ``key % N`` while that partition is available (ready, or still
+being created or re-created: see ``PartitionProducer.available``); once it is
+unavailable, the next ready one (``+1, +2, ...`` wrapping); the first choice
+again as soon as it is available.  When no partition is ready, messages wait on
+the first choice.
 On a topic with key routing (``Topic.key_hash``), an AnyPartition message with
 a key becomes a PartitionKey message whose key is the Java client's hash of it.
 """
@@ -118,12 +120,14 @@ class Topic:
         return producers[self.round_robin]
 
     def choose_keyed(self, partition_key: int) -> PartitionProducer:
-        """PartitionKey: ``key % N`` with failover to the next ready partition."""
+        """PartitionKey: ``key % N`` with failover from an unavailable partition to the next
+        ready one (Bruce fails over from a partition that is unavailable, not from one whose
+        producer is still being created)."""
         producers = self.producers
         count = len(producers)
         first = partition_key % count
         producer = producers[first]
-        if producer.ready:
+        if producer.available:
             return producer
         for step in range(1, count):
             candidate = producers[(first + step) % count]

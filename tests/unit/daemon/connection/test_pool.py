@@ -362,6 +362,24 @@ def test_the_service_url_hosts_are_used_in_turn(monkeypatch: pytest.MonkeyPatch)
     assert [len(c.requests) for c in brokers.opened] == [2, 1]
 
 
+def test_a_service_host_that_is_down_is_skipped_within_one_lookup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One broker of a multi-host service URL is down: lookups and metadata requests go on
+    to the next host at once (the Java client's lookup picks the next host too), and fail
+    only when no host answers."""
+    brokers = Brokers(monkeypatch)
+    brokers.scripts["c:6650"] = lookup_answer("pulsar://owner:6650")
+    pool = ConnectionPool("pulsar://a:6650,b:6650,c:6650")  # a and b refuse
+    assert run(pool.lookup("t")) == BrokerAddress("pulsar://owner:6650")
+    assert [a.host for a in brokers.attempts] == ["a", "b", "c"]
+    brokers.scripts.clear()
+    brokers.opened[0].close()  # c goes down too
+    with pytest.raises(ConnectionRefusedError):
+        run(pool.lookup("t"))
+    assert [a.host for a in brokers.attempts[3:]] == ["a", "b", "c"]  # each tried once
+
+
 def test_each_new_connection_asks_the_auth_provider_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -15,6 +15,7 @@ from pulsar_bruce import reasons
 from pulsar_bruce.connection.broker_connection import ServerError
 from pulsar_bruce.connection.pool import TopicLookupError
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
+from pulsar_bruce.producer import answers as answers_module
 from pulsar_bruce.producer import driver as driver_module
 from pulsar_bruce.producer.delivery import DeliveryPolicy
 from pulsar_bruce.producer.partition_producer import BatchPolicy
@@ -31,6 +32,9 @@ def run(test: Callable[[], Awaitable[None]]) -> None:
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
     monkeypatch.setattr(driver_module, "time", fake)
+    # Receipts' latency too (``answers.py``): on a machine up for less than the fake clock's
+    # start, the real clock would read earlier than the fake one's send time.
+    monkeypatch.setattr(answers_module, "time", fake)
     return fake
 
 
@@ -322,6 +326,30 @@ def test_the_send_timeout_discards_old_batches_only(clock: FakeClock) -> None:
         await rig.driver.stop()
 
     run(test)
+
+
+def test_a_written_batch_the_send_timeout_gives_up_is_unconfirmed_not_lost(
+    clock: FakeClock,
+) -> None:
+    """Written to the broker, never confirmed: the broker may have stored it, so the send
+    timeout counts it as ``unconfirmed``; a batch never written stays ``send_timeout``."""
+
+    async def body(rig: Rig) -> None:
+        rig.seal(2)  # written at once: the driver is connected
+        rig.pool.connection.lose()
+        await until(lambda: rig.driver.connection is None, "the connection lost")
+        rig.pool.lookups_hang = True  # and no broker answers any more
+        rig.seal(3)  # never written
+        clock.advance(0.1)
+        await until(lambda: len(rig.listener.discarded) == 2, "both batches to expire")
+        given_up = [(b.count, why) for b, why in rig.listener.discarded]
+        assert given_up == [(2, reasons.UNCONFIRMED), (3, reasons.SEND_TIMEOUT)]
+
+    run_connected(body, delivery=DeliveryPolicy(receipt_timeout_s=3600.0, send_timeout_s=0.05))
+
+
+def test_the_send_timeout_is_off_by_default() -> None:
+    assert DeliveryPolicy().send_timeout_s == 0
 
 
 def test_an_overdue_receipt_recreates_the_producer_and_the_batch_is_resent(

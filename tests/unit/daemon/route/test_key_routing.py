@@ -135,10 +135,10 @@ def test_keyless_messages_stay_round_robin_and_partition_keys_stay_modulo() -> N
 def test_a_hashed_key_fails_over_like_a_partition_key_and_comes_back() -> None:
     intake, topic = intake_with(4, KeyRouting.JAVA_STRING)
     home = java_string_hash("hello") % 4
-    topic.producers[home].ready = False
+    topic.producers[home].ready = topic.producers[home].available = False
     intake.admit(encode_any_partition("t", b"v", key=b"hello"))
     assert topic.producers[(home + 1) % 4].batch.count == 1
-    topic.producers[home].ready = True
+    topic.producers[home].ready = topic.producers[home].available = True
     intake.admit(encode_any_partition("t", b"v", key=b"hello"))
     assert topic.producers[home].batch.count == 1
 

@@ -8,14 +8,24 @@ from pulsar_bruce.route.router import Topic
 NAME = "persistent://public/default/t"
 
 
-def make_topic(partitions: int, ready: bool = True) -> Topic:
+def make_topic(partitions: int, ready: bool = True, available: bool = True) -> Topic:
     topic = Topic(NAME)
     for index in range(partitions):
         producer = PartitionProducer(f"{NAME}-partition-{index}", index, index + 1, BatchPolicy())
         producer.ready = ready
+        producer.available = available
         topic.producers.append(producer)
     topic.partitioned = partitions > 1
     return topic
+
+
+def down(producer: PartitionProducer) -> None:
+    """Its connection or lookup failed (or it stayed away past the grace): unavailable."""
+    producer.ready = producer.available = False
+
+
+def back(producer: PartitionProducer) -> None:
+    producer.ready = producer.available = True
 
 
 def index_of(topic: Topic, producer: PartitionProducer) -> int:
@@ -53,42 +63,56 @@ def test_partition_key_uint32_max_goes_to_last_partition_of_four() -> None:
 
 def test_partition_key_fails_over_to_the_next_ready_partition() -> None:
     topic = make_topic(4)
-    topic.producers[1].ready = False
+    down(topic.producers[1])
     assert index_of(topic, topic.choose_keyed(1)) == 2
 
 
 def test_partition_key_failover_skips_several_not_ready() -> None:
     topic = make_topic(4)
-    topic.producers[1].ready = False
-    topic.producers[2].ready = False
+    down(topic.producers[1])
+    topic.producers[2].ready = False  # being re-created: not a failover target
     assert index_of(topic, topic.choose_keyed(5)) == 3
 
 
 def test_partition_key_failover_wraps_around() -> None:
     topic = make_topic(4)
-    topic.producers[3].ready = False
+    down(topic.producers[3])
     assert index_of(topic, topic.choose_keyed(3)) == 0
-    topic.producers[0].ready = False
+    down(topic.producers[0])
     assert index_of(topic, topic.choose_keyed(3)) == 1
 
 
 def test_partition_key_goes_back_to_first_choice_when_ready_again() -> None:
     topic = make_topic(4)
-    topic.producers[2].ready = False
+    down(topic.producers[2])
     assert index_of(topic, topic.choose_keyed(6)) == 3
-    topic.producers[2].ready = True
+    back(topic.producers[2])
     assert index_of(topic, topic.choose_keyed(6)) == 2
 
 
+def test_partition_key_waits_for_a_partition_being_created_or_recreated() -> None:
+    """Not ready but available (its producer is being created, or re-created after an
+    unload): its messages wait for it, even while other partitions are ready."""
+    topic = make_topic(4)
+    topic.producers[1].ready = False
+    assert index_of(topic, topic.choose_keyed(5)) == 1
+    fresh = make_topic(8, ready=False)
+    back(fresh.producers[0])
+    assert [index_of(fresh, fresh.choose_keyed(key)) for key in range(16)] == [
+        key % 8 for key in range(16)
+    ]
+
+
 def test_partition_key_with_none_ready_stays_on_first_choice() -> None:
-    topic = make_topic(4, ready=False)
-    for key in range(8):
-        assert index_of(topic, topic.choose_keyed(key)) == key % 4
+    for available in (True, False):
+        topic = make_topic(4, ready=False, available=available)
+        for key in range(8):
+            assert index_of(topic, topic.choose_keyed(key)) == key % 4
 
 
 def test_partition_key_only_the_one_ready_partition_takes_everything() -> None:
-    topic = make_topic(4, ready=False)
-    topic.producers[2].ready = True
+    topic = make_topic(4, ready=False, available=False)
+    back(topic.producers[2])
     assert {index_of(topic, topic.choose_keyed(key)) for key in range(20)} == {2}
 
 
