@@ -79,13 +79,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def any_broker_answers(service_url: str, timeout: float) -> bool:
+    """Whether a host of the service URL (``pulsar://h1:p1,h2:p2`` names several) accepts."""
+    scheme, _, hosts = service_url.partition("://")
+    default_port = 6651 if scheme == "pulsar+ssl" else 6650
+    for host in hosts.rstrip("/").split(","):
+        url = urllib.parse.urlsplit(f"{scheme}://{host}")
+        try:
+            socket.create_connection((url.hostname, url.port or default_port), timeout).close()
+            return True
+        except OSError:
+            continue
+    return False
+
+
 def read(args: argparse.Namespace, max_bytes: int | None) -> int:
     """Print the topic's messages; 1 (and one line on stderr) if there are none."""
-    url = urllib.parse.urlsplit(args.service_url)
-    try:
-        socket.create_connection((url.hostname, url.port or 6650), timeout=args.timeout).close()
-    except OSError as exc:
-        print(f"read_back: no broker at {args.service_url} ({exc})", file=sys.stderr)
+    if not any_broker_answers(args.service_url, args.timeout):
+        print(f"read_back: no broker at {args.service_url}", file=sys.stderr)
         return 1
     # The C++ client's log, silenced. (Not through a Python logger: with one, the client
     # aborts now and then as the interpreter exits.)

@@ -274,6 +274,53 @@ def test_on_apache_pulsar_the_hint_round_trips_and_sigterm_stops_both(tmp_path: 
         run.process.wait(90)
 
 
+def jvms_under(directory: Path) -> list[int]:
+    """The pids of processes whose working directory is under ``directory``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if str(directory) in os.readlink(entry / "cwd"):
+                    found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.apache
+def test_on_the_cluster_the_hint_round_trips_and_sigterm_stops_every_jvm(tmp_path: Path) -> None:
+    """``--broker cluster`` (``make run PULSAR=cluster``): three brokers on consecutive
+    ports, the daemon given all three, the hint's send and read work against that service
+    URL, and SIGTERM stops the daemon and all five JVMs."""
+    broker_port = run_local.free_ports_in_a_row(3)
+    web_port = run_local.free_ports_in_a_row(3)
+    metrics_port = free_port()
+    run = launch(tmp_path, broker_port, metrics_port, "--broker", "cluster", "--web-port",
+                 str(web_port))  # fmt: skip
+    try:
+        wait_for(
+            lambda: "Ctrl-C stops it." in run.out.read_text() or run.process.poll() is not None,
+            300,
+            "run_local --broker cluster to start",
+        )
+        assert run.process.poll() is None, run.err.read_text()
+        url = ",".join(f"127.0.0.1:{broker_port + i}" for i in range(3))
+        assert f"A three-broker Apache Pulsar cluster is listening on pulsar://{url}" in (
+            run.out.read_text()
+        )
+        data = tmp_path / "data" / "apache-cluster"
+        assert len(jvms_under(data)) == 5  # ZooKeeper, the bookie, three brokers
+        subprocess.run(run.hint("send"), check=True, env=env(), timeout=30)
+        done = subprocess.run(run.hint("read"), capture_output=True, text=True, env=env(),
+                              timeout=60)  # fmt: skip
+        assert (done.returncode, done.stdout, done.stderr) == (0, "key=k1 value=hello\n", "")
+        run.process.send_signal(signal.SIGTERM)
+        assert run.process.wait(120) == 0
+        wait_for(lambda: not jvms_under(data), 60, "every JVM of the cluster to stop")
+    finally:
+        if run.process.poll() is None:
+            run.process.kill()  # its children get SIGTERM from the kernel
+        run.process.wait(120)
+
+
 @pytest.mark.apache
 def test_on_apache_pulsar_a_broker_that_exits_is_reported_too(tmp_path: Path) -> None:
     """The same watch covers ``--broker apache``: its name and its log in the line."""
