@@ -49,6 +49,8 @@ from pulsar_bruce.spool.layout import (
 )
 
 log = logging.getLogger(__name__)
+#: Errors retried with the next read (rate-limited by the daemon's log handler).
+retry_log = logging.getLogger(__name__ + ".retry")
 
 class SpoolStore:
     """Bounded, ordered, on-disk overflow queue of spool records."""
@@ -360,12 +362,18 @@ class SpoolStore:
 
     def commit(self) -> None:
         """The records :meth:`read` returned are admitted: delete the segments they
-        emptied and save the cursor.  After an OSError, the next call tries again."""
+        emptied and save the cursor.  After an OSError deleting, the next call tries
+        again.  A cursor that cannot be saved (a full disk) is logged and saved by a later
+        call: the replay goes on meanwhile (a crash then replays some records twice)."""
         while self._finished:
             with contextlib.suppress(FileNotFoundError):
                 (self.directory / self._finished[0]).unlink()
             self._finished.pop(0)
-        self._save_cursor()
+        try:
+            self._save_cursor()
+        except OSError as exc:
+            retry_log.error("spool %s: cannot save the cursor (%s); saved with a later read",
+                            self.directory, exc)  # fmt: skip
 
     def _save_cursor(self, durable: bool = False) -> None:
         """Replace the cursor file (atomically) when an offset moved; ``durable`` also
