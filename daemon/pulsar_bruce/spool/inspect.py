@@ -22,7 +22,7 @@ from pulsar_bruce.spool.layout import (
     OWN_FILES,
     is_journal_name,
     is_segment_name,
-    parse_cursor,
+    place_cursor,
 )
 
 #: Bytes read at a time (a larger record is read whole, as the replay does).
@@ -67,11 +67,13 @@ class Segment:
             out.append("empty segment (0 bytes): what it held is lost")
         if self.corrupt:
             lost = (
-                f"{_count(self.lost_messages, 'message')} lost per their headers"
+                f"{_count(self.lost_messages, 'message')} lost"
                 if self.lost_messages
                 else "how many messages they held is unknown"
             )
             out.append(f"{_count(self.corrupt, 'corrupt record')} ({lost})")
+        elif self.lost_messages:  # a hole: the count marks miss messages no record shows
+            out.append(f"{_count(self.lost_messages, 'message')} missing (per its count marks)")
         if self.cursor_past_end is not None:
             out.append(
                 f"cursor offset {self.cursor_past_end} past the end ({self.size} bytes): "
@@ -157,15 +159,9 @@ def inspect_spool(directory: Path) -> SpoolReport:
         except (OSError, UnicodeDecodeError) as exc:
             report.cursor_error = str(exc)
             text = ""
-        for name, offset in parse_cursor(text):
-            if offset <= 0:
-                continue
-            if name not in sizes:
-                report.cursor_gone.append(name)
-            elif offset > sizes[name]:
-                past_end[name] = offset
-            else:
-                offsets[name] = offset
+        places = place_cursor(text, sizes)
+        report.cursor_gone.extend(places.gone)
+        offsets, past_end = places.offsets, places.past_end
     for name, size in sizes.items():
         report.segments.append(
             _read_segment(directory / name, size, offsets.get(name, 0), past_end.get(name))
@@ -189,10 +185,11 @@ def _read_segment(path: Path, size: int, offset: int, past_end: int | None) -> S
         with path.open("rb") as handle:
             handle.seek(offset)
             pending = b""
+            tally = records.Tally(mark=0 if offset == 0 else None)
             while True:
                 chunk = handle.read(max(CHUNK, records.first_record_size(pending) - len(pending)))
                 data = pending + chunk
-                result = records.scan(data, final=not chunk)
+                result = records.scan(data, final=not chunk, tally=tally)
                 count += len(result.records)
                 messages += sum(records.message_count(k, b) for k, b in result.records)
                 corrupt += result.corrupt

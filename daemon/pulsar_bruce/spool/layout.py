@@ -2,11 +2,15 @@
 
 Shared by the store (``store.py``), which writes and reads them, and
 ``pulsar-bruce spool`` (``inspect.py``), which only looks, so both read a
-directory by the same rules.
+directory by the same rules.  The store's whole-file writes (the cursor, a
+shutdown's front segment) are here too: all or nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 #: The names the store gives its files.
@@ -46,6 +50,81 @@ def parse_cursor(text: str) -> list[tuple[str, int]]:
         name, _, offset = line.partition(" ")
         out.append((name, int(offset) if offset.strip().isdigit() else 0))
     return out
+
+
+@dataclass
+class CursorPlaces:
+    """What the cursor's lines say of the segments there are (their sizes)."""
+
+    #: Read offsets of partly read segments.
+    offsets: dict[str, int] = field(default_factory=dict)
+    #: Segments named with an offset that are gone.
+    gone: list[str] = field(default_factory=list)
+    #: Segments shorter than their offset: name -> offset (replayed from their start).
+    past_end: dict[str, int] = field(default_factory=dict)
+    #: Every segment name the lines mention (never given to a new segment).
+    named: list[str] = field(default_factory=list)
+
+
+def place_cursor(text: str, sizes: dict[str, int]) -> CursorPlaces:
+    """The cursor file's ``text`` read against the segments' ``sizes``."""
+    places = CursorPlaces()
+    for name, offset in parse_cursor(text):
+        places.named.append(name)
+        if offset <= 0:
+            continue
+        if name not in sizes:
+            places.gone.append(name)
+        elif offset > sizes[name]:
+            places.past_end[name] = offset
+        else:
+            places.offsets[name] = offset
+    return places
+
+
+def cursor_text(offsets: dict[str, int]) -> str:
+    # One line, no newline, when one segment is partly read: what earlier versions read.
+    return "\n".join(f"{name} {offset}" for name, offset in sorted(offsets.items()))
+
+
+def write_cursor(directory: Path, text: str, durable: bool) -> None:
+    """Replace the cursor file atomically; ``durable`` also fsyncs it and the directory."""
+    temporary = directory / (CURSOR + ".tmp")
+    with temporary.open("w") as handle:
+        handle.write(text)
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
+    temporary.replace(directory / CURSOR)
+    if durable:
+        descriptor = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
+def append_whole(path: Path, chunks: list[bytes], durable: bool) -> int:
+    """Append ``chunks`` to ``path`` (created if need be) and return the bytes written;
+    after an OSError, ``path`` is as it was (or gone, if it was new)."""
+    start = path.stat().st_size if path.exists() else -1
+    written = 0
+    try:
+        with path.open("ab") as handle:
+            for chunk in chunks:
+                handle.write(chunk)
+                written += len(chunk)
+            handle.flush()
+            if durable:
+                os.fsync(handle.fileno())
+    except OSError:
+        with contextlib.suppress(OSError):
+            if start < 0:
+                path.unlink()
+            else:
+                os.truncate(path, start)
+        raise
+    return written
 
 
 def size(path: Path) -> int:

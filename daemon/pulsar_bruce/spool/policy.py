@@ -5,7 +5,11 @@ Otherwise, with a spool, the disk: the datagram is held here and written with
 everything else held during the same socket drain (one write, one fsync under
 ``always``), never on the per-message path.  Once something is on disk, new
 messages queue behind it there, so order is kept, until the spool is drained.
-Without a spool (or with a full one) the message cannot be taken.
+Without a spool (or with a full one) the message cannot be taken.  When the
+disk refuses a write (a full filesystem, an I/O error), what memory still has
+room for is taken into memory instead (:attr:`SpoolPolicy.into_memory`), the
+rest is discarded as ``buffer_full``; the next drain tries the disk again, so
+the spool takes messages again as soon as the disk has room.
 
 The asyncio edge (:class:`~pulsar_bruce.spool.spooler.Spooler`) feeds the
 clock and broker reachability in, and asks how much it may replay.
@@ -41,6 +45,9 @@ class SpoolPolicy:
         self.unreachable_after_s = unreachable_after_s
         #: Evidence of each datagram discarded here (``Outcomes.refused``: the discard log).
         self.refused = refused
+        #: Takes a datagram this run spilled back into memory (the intake's replay, set by
+        #: the spooler): where the disk refuses a write, memory keeps what it has room for.
+        self.into_memory: Callable[[bytes], None] | None = None
         #: What memory may hold now (``buffered_bytes`` plus a new message's charge at most):
         #: the cap, or -1 while spilling, when new messages queue behind the spool, on disk.
         self.memory_limit = buffer_max_bytes
@@ -85,9 +92,10 @@ class SpoolPolicy:
     def write_held(self) -> None:
         """Write the datagrams held since the last call, in one write.
 
-        If the disk refuses them they are discarded as ``buffer_full`` (the
-        spool is as good as full), logged once per failed write, each one given to
-        :attr:`refused` (the discard log); the store leaves none of them on disk.
+        If the disk refuses them (the store leaves none of them on disk), those
+        memory has room for go to memory (:attr:`into_memory`), oldest first, and
+        the rest are discarded as ``buffer_full`` (the spool is as good as full),
+        each given to :attr:`refused` (the discard log); logged once per failed write.
         """
         if not self._held:
             return
@@ -95,17 +103,37 @@ class SpoolPolicy:
         assert self.store is not None
         try:
             self.store.append(b"".join(held), len(held))
-        except OSError as exc:  # disk full, I/O error: as if the spool were full
+        except OSError as exc:  # disk full, I/O error: memory, else as if the spool were full
+            kept = self._into_memory(held)
             log.error(
-                "spool %s: cannot write (%s); %d messages discarded as buffer_full",
+                "spool %s: cannot write (%s); %d messages kept in memory, %d discarded as "
+                "buffer_full",
                 self.store.directory,
                 exc,
-                len(held),
+                kept,
+                len(held) - kept,
             )
-            self.ledger.discard_spilled(reasons.BUFFER_FULL, len(held))
+            if kept == len(held):
+                return
+            self.ledger.discard_spilled(reasons.BUFFER_FULL, len(held) - kept)
             if self.refused is not None:
-                for record in held:
+                for record in held[kept:]:
                     self.refused(reasons.BUFFER_FULL, record[records.HEADER_SIZE + 1 :])
+
+    def _into_memory(self, held: list[bytes]) -> int:
+        """Give the first of ``held`` (records) to memory while it has room; how many."""
+        into_memory = self.into_memory
+        if into_memory is None:
+            return 0
+        ledger = self.ledger
+        kept = 0
+        for record in held:
+            datagram = record[records.HEADER_SIZE + 1 :]
+            if ledger.buffered_bytes + len(datagram) > self.buffer_max_bytes:
+                break
+            into_memory(datagram)
+            kept += 1
+        return kept
 
     def watch_brokers(self, now: float, reachable: bool) -> None:
         """No broker reachable for ``unreachable_after_s`` while messages wait: spill.

@@ -10,10 +10,20 @@ its length or checksum, counted and skipped, never replayed as garbage.
 
 Kinds: ``DATAGRAM`` (a Bruce datagram exactly as received), ``BATCH`` (a
 sealed batch taken out of memory at shutdown: topic, partition, sequence id,
-message count and the uncompressed batch entries) and ``PRODUCED_BATCH`` (the
+message count and the uncompressed batch entries), ``PRODUCED_BATCH`` (the
 same for a batch that had been sent, plus the producer name its sequence ids
 belong to, so its replay can reuse them and a broker with deduplication
-enabled can drop it if it had stored it).
+enabled can drop it if it had stored it) and ``COUNT`` (a mark: how many
+messages the file held up to it).
+
+A damaged stretch of a file (flipped bytes, a hole) may hide several records,
+their headers included, so the headers alone cannot say how many messages it
+held.  The marks can: given a :class:`Tally` (kept across the chunks of one
+file), :func:`scan` counts what a damaged stretch held as the next intact
+mark's count minus the messages read since the mark before it, exactly.  A
+damaged stretch after the file's last intact mark, or in a file without marks
+(written by an earlier version), is counted from the damaged records' headers.
+Marks are consumed by :func:`scan`, never returned as records.
 """
 
 from __future__ import annotations
@@ -29,12 +39,16 @@ MAGIC: Final = b"BRSP"
 DATAGRAM: Final = 1
 BATCH: Final = 2
 PRODUCED_BATCH: Final = 3
-KINDS: Final = (DATAGRAM, BATCH, PRODUCED_BATCH)
+COUNT: Final = 4
+KINDS: Final = (DATAGRAM, BATCH, PRODUCED_BATCH, COUNT)
 
 _HEADER = struct.Struct(">4sII")  # magic, length, crc
 _BATCH_HEAD = struct.Struct(">HiqI")  # topic length, partition, sequence id, count
 _NAME_LENGTH = struct.Struct(">H")  # PRODUCED_BATCH: producer name length, after the topic
+_COUNT = struct.Struct(">Q")  # COUNT: messages written to the file before the mark
 HEADER_SIZE: Final = _HEADER.size
+#: The size of a ``COUNT`` mark.
+MARK_SIZE: Final = HEADER_SIZE + 1 + _COUNT.size
 #: Largest body we believe; anything larger is corruption.
 MAX_RECORD: Final = 64 * 1024 * 1024
 
@@ -59,6 +73,11 @@ def encode_batch(
         return encode(BATCH, head + entries)
     producer = producer_name.encode()
     return encode(PRODUCED_BATCH, head + _NAME_LENGTH.pack(len(producer)) + producer + entries)
+
+
+def count_mark(messages: int) -> bytes:
+    """A ``COUNT`` mark: the file held ``messages`` messages before it."""
+    return encode(COUNT, _COUNT.pack(messages))
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +113,36 @@ class ScanResult:
     #: Bytes consumed (whole records and skipped garbage); the rest is an incomplete tail.
     consumed: int
     corrupt: int = 0
-    #: Messages in the corrupt records whose header still says how many they held (the
-    #: rest of a corrupt record's messages cannot be known): counted, never lost silently.
+    #: Messages lost to damage: as the marks tell (see :class:`Tally`), else as far as the
+    #: damaged records' headers tell (the rest cannot be known): never lost silently.
     lost_messages: int = 0
+
+
+@dataclass(slots=True)
+class Tally:
+    """Where one file's reading stands with its ``COUNT`` marks, across chunks."""
+
+    #: Messages the file held before the last mark read: 0 at its start, None when the
+    #: reading began past the start and has met no mark yet (nothing to count from).
+    mark: int | None = 0
+    #: Messages in the intact records read since.
+    seen: int = 0
+    #: Messages in the damaged records since, as far as their headers tell.
+    guessed: int = 0
+
+    def at_mark(self, messages: int) -> int:
+        """A mark says ``messages``: the messages lost since the last mark."""
+        if self.mark is not None and messages >= self.mark + self.seen:
+            lost = messages - self.mark - self.seen
+        else:  # nothing to count from, or a mark of a file appended to afresh
+            lost = self.guessed
+        self.mark, self.seen, self.guessed = messages, 0, 0
+        return lost
+
+    def at_end(self) -> int:
+        """The file's end: what the damage after its last mark held, per the headers."""
+        lost, self.guessed = self.guessed, 0
+        return lost
 
 
 def scan(
@@ -104,6 +150,7 @@ def scan(
     final: bool,
     kinds: tuple[int, ...] = KINDS,
     count: Callable[[bytes, int], int] | None = None,
+    tally: Tally | None = None,
 ) -> ScanResult:
     """Read the records in ``data``.
 
@@ -111,8 +158,11 @@ def scan(
     at the end is a torn tail (counted as corrupt and consumed) rather than a
     record still being written.  ``kinds`` and ``count`` (what a damaged
     record held, :func:`messages_in` by default) let the journal share the format.
+    ``tally``: the file's, when ``data`` is one of its chunks (else a fresh one: ``data``
+    is read from the file's start).
     """
     messages_in_damaged = messages_in if count is None else count
+    tally = Tally() if tally is None else tally
     records: list[tuple[int, bytes]] = []
     corrupt = 0
     lost = 0
@@ -127,24 +177,34 @@ def scan(
         magic, length, checksum = _HEADER.unpack_from(data, offset)
         if magic != MAGIC or length == 0 or length > MAX_RECORD:
             corrupt += 1
-            offset = _resync(data, offset + 1)
+            offset = _resync(data, offset + 1, final)
             continue
         body_end = offset + HEADER_SIZE + length
         if body_end > end:
             if final:
                 corrupt += 1
-                lost += messages_in_damaged(data[offset + HEADER_SIZE : body_end], length)
-                offset = _resync(data, offset + 1)
+                tally.guessed += messages_in_damaged(data[offset + HEADER_SIZE : body_end], length)
+                offset = _resync(data, offset + 1, final)
                 continue
             break
         payload = data[offset + HEADER_SIZE : body_end]
-        if crc32c.crc32c(payload) != checksum or payload[0] not in kinds:
+        kind = payload[0]
+        if crc32c.crc32c(payload) != checksum or kind not in kinds:
             corrupt += 1
-            lost += messages_in_damaged(payload, length)
-            offset = _resync(data, offset + 1)
+            tally.guessed += messages_in_damaged(payload, length)
+            offset = _resync(data, offset + 1, final)
             continue
-        records.append((payload[0], payload[1:]))
         offset = body_end
+        if kind == COUNT:
+            lost += tally.at_mark(_COUNT.unpack_from(payload, 1)[0])
+            continue
+        records.append((kind, payload[1:]))
+        if kind == DATAGRAM:
+            tally.seen += 1
+        elif kind in (BATCH, PRODUCED_BATCH):  # not the journal's kinds
+            tally.seen += message_count(kind, payload[1:])
+    if final and offset >= end:
+        lost += tally.at_end()
     return ScanResult(records, offset, corrupt, lost)
 
 
@@ -155,7 +215,7 @@ def messages_in(payload: bytes, length: int) -> int:
     known kind, and for a batch a count its ``length`` has room for (an entry
     takes at least 6 bytes: its size and a minimal metadata).
     """
-    if not payload or payload[0] not in KINDS:
+    if not payload or payload[0] not in KINDS or payload[0] == COUNT:
         return 0
     if payload[0] == DATAGRAM:
         return 1
@@ -180,10 +240,13 @@ def first_record_size(data: bytes) -> int:
     return HEADER_SIZE + int(length)
 
 
-def _resync(data: bytes, start: int) -> int:
-    """Offset of the next magic at or after ``start`` (or the end)."""
+def _resync(data: bytes, start: int, final: bool) -> int:
+    """Offset of the next magic at or after ``start``; else the end, less (unless
+    ``final``) the last bytes, which may start a magic the next chunk completes."""
     found = data.find(MAGIC, start)
-    return len(data) if found < 0 else found
+    if found >= 0:
+        return found
+    return len(data) if final else max(start, len(data) - len(MAGIC) + 1)
 
 
 def iter_records(data: bytes) -> Iterator[tuple[int, bytes]]:

@@ -14,6 +14,7 @@ disk still comes back once the disk or the file is usable again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -63,6 +64,7 @@ class Spooler:
         self._broker_reachable = broker_reachable
         self._after_replay = after_replay
         self.journal = journal
+        policy.into_memory = functools.partial(replayer.replay_datagram, previous_run=False)
         self._previous_run_segments: set[str] = set()
         self._stopping = False
 

@@ -15,7 +15,9 @@ record is kept, each damaged segment is logged in one line, and the messages
 known to be lost are added to :attr:`SpoolStore.lost_this_run` or
 :attr:`SpoolStore.lost_previous_run` for the caller to count.  This run's
 segments are counted exactly (the store knows how many messages it wrote to
-each); an earlier run's only as far as the damaged records' headers tell.
+each); an earlier run's by the ``COUNT`` marks written about every
+``mark_bytes`` and when a segment is closed (exact where an intact mark follows
+the damage, see ``records.py``), else as far as the damaged records' headers tell.
 Anything else in the directory is logged once and left alone.  A read segment
 is deleted only in :meth:`SpoolStore.commit`, once its records are admitted.
 
@@ -32,23 +34,22 @@ import os
 from pathlib import Path
 
 from pulsar_bruce.model.vocabulary import FsyncPolicy
-from pulsar_bruce.spool import records
+from pulsar_bruce.spool import layout, records
 from pulsar_bruce.spool.layout import (
     CURSOR,
     OWN_FILES,
     SEGMENT_SUFFIX,
+    append_whole,
+    cursor_text,
     is_journal_name,
     is_segment_name,
-    parse_cursor,
-)
-from pulsar_bruce.spool.layout import (
-    number as _number,
-)
-from pulsar_bruce.spool.layout import (
-    size as _size,
+    place_cursor,
+    write_cursor,
 )
 
 log = logging.getLogger(__name__)
+#: Errors retried with the next read (rate-limited by the daemon's log handler).
+retry_log = logging.getLogger(__name__ + ".retry")
 
 class SpoolStore:
     """Bounded, ordered, on-disk overflow queue of spool records."""
@@ -59,6 +60,7 @@ class SpoolStore:
         max_bytes: int,
         fsync: str = FsyncPolicy.INTERVAL,
         segment_bytes: int = 16 * 1024 * 1024,
+        mark_bytes: int = 64 * 1024,
     ):
         if fsync not in tuple(FsyncPolicy):
             raise ValueError(f"fsync must be one of {', '.join(FsyncPolicy)}")
@@ -66,6 +68,9 @@ class SpoolStore:
         self.max_bytes = max_bytes
         self.fsync = FsyncPolicy(fsync)
         self.segment_bytes = segment_bytes
+        #: A ``COUNT`` mark follows the write that takes the tail this far past the last one
+        #: (0: no marks at all, for tests of the read offsets' arithmetic).
+        self.mark_bytes = mark_bytes
         self.size_bytes = 0
         self.corrupt_records = 0
         #: Messages this run spooled (``Ledger.spill``) found lost, not yet taken by the caller.
@@ -77,6 +82,9 @@ class SpoolStore:
         self._tail: io.FileIO | None = None
         self._tail_name = ""
         self._tail_size = 0
+        #: Messages appended to the tail, and its size at its last mark.
+        self._tail_messages = 0
+        self._marked_at = 0
         self._dirty = False
         #: Offset reached in each partly read segment (absent: not read yet).
         self._offsets: dict[str, int] = {}
@@ -91,6 +99,8 @@ class SpoolStore:
         self._limits: dict[str, int] = {}
         #: Per segment being read: [corrupt records, messages known lost], logged at its end.
         self._damage: dict[str, list[int]] = {}
+        #: Per segment being read: where it stands with its marks.
+        self._tallies: dict[str, records.Tally] = {}
 
     # -- opening ------------------------------------------------------------------------
 
@@ -106,29 +116,24 @@ class SpoolStore:
                       "possibly twice", self.directory, exc)  # fmt: skip
             text = ""
             self.suspect.update(segments)
-        named: list[str] = []
-        for name, offset in parse_cursor(text):
-            named.append(name)
-            if offset <= 0:
-                continue
-            if name not in sizes:
-                log.warning("spool %s: the cursor names %s, which is gone (read and deleted "
-                            "before a crash, or removed or renamed: then what it held is "
-                            "lost)", self.directory, name)  # fmt: skip
-            elif offset > sizes[name]:
-                log.error("spool %s: segment %s is shorter (%d bytes) than its read offset "
-                          "%d: replaying it from its start (possible duplicates)",
-                          self.directory, name, sizes[name], offset)  # fmt: skip
-                self.suspect.add(name)
-            else:
-                self._offsets[name] = offset
+        places = place_cursor(text, sizes)
+        for name in places.gone:
+            log.warning("spool %s: the cursor names %s, which is gone (read and deleted "
+                        "before a crash, or removed or renamed: then what it held is "
+                        "lost)", self.directory, name)  # fmt: skip
+        for name, offset in places.past_end.items():
+            log.error("spool %s: segment %s is shorter (%d bytes) than its read offset "
+                      "%d: replaying it from its start (possible duplicates)",
+                      self.directory, name, sizes[name], offset)  # fmt: skip
+            self.suspect.add(name)
+        self._offsets = places.offsets
         self.size_bytes = sum(sizes.values()) - sum(self._offsets.values())
         # A name the cursor file still mentions (a crash between deleting a read segment
         # and saving the cursor) is never given to a new segment.
-        numbers = [_number(name) for name in segments + named if name.startswith("seg-")]
+        numbers = [layout.number(n) for n in segments + places.named if n.startswith("seg-")]
         self._next_number = max(numbers, default=0) + 1
         self._saved_cursor = text
-        if self._cursor_text() != text:  # stale lines dropped: for good, before any new segment
+        if cursor_text(self._offsets) != text:  # stale lines dropped, before any new segment
             self._save_cursor(durable=self.fsync is not FsyncPolicy.NEVER)
 
     def segment_names(self) -> list[str]:
@@ -168,6 +173,10 @@ class SpoolStore:
         assert self._tail is not None
         fd = self._tail.fileno()
         start = self._tail_size
+        total = self._tail_messages + messages
+        marked = 0 < self.mark_bytes <= start + len(record) - self._marked_at
+        if marked:
+            record += records.count_mark(total)
         try:
             view = memoryview(record)
             while view:
@@ -185,15 +194,36 @@ class SpoolStore:
             raise
         self._tail_size += len(record)
         self.size_bytes += len(record)
+        self._tail_messages = total
+        if marked:
+            self._marked_at = self._tail_size
         self._unread[self._tail_name] = self._unread.get(self._tail_name, 0) + messages
         self._dirty = self.fsync is not FsyncPolicy.ALWAYS
 
     def _open_new_tail(self) -> None:
+        self._mark_tail()
         self._close_tail()
         self._tail_name = f"seg-{self._next_number:012d}{SEGMENT_SUFFIX}"
         self._next_number += 1
         self._tail = (self.directory / self._tail_name).open("ab", buffering=0)
-        self._tail_size = 0
+        self._tail_size = self._tail_messages = self._marked_at = 0
+
+    def _mark_tail(self) -> None:
+        """The tail is closed for good: a last mark after its last records (if it lacks
+        one), so damage anywhere in it is counted exactly.  Best effort."""
+        if self._tail is None or self._tail_size == self._marked_at or self.mark_bytes <= 0:
+            return
+        mark = records.count_mark(self._tail_messages)
+        try:
+            if os.write(self._tail.fileno(), mark) < len(mark):
+                os.ftruncate(self._tail.fileno(), self._tail_size)  # no torn mark
+                return
+        except OSError:
+            return
+        self._tail_size += len(mark)
+        self.size_bytes += len(mark)
+        self._marked_at = self._tail_size
+        self._dirty = True
 
     def _abandon_tail(self, end: int) -> None:
         """A write failed and could not be undone: what follows ``end`` is never read."""
@@ -226,69 +256,69 @@ class SpoolStore:
         path = self.directory / name
         # The head's offset is on disk before the front is, and no stale line can name it.
         self._save_cursor(durable=self.fsync is not FsyncPolicy.NEVER)
-        start = path.stat().st_size if path.exists() else -1
-        written = 0
-        try:
-            with path.open("ab") as handle:
-                for record in front:
-                    handle.write(record)
-                    written += len(record)
-                handle.flush()
-                if self.fsync is not FsyncPolicy.NEVER:
-                    os.fsync(handle.fileno())
-        except OSError:
-            # The caller counts these messages as discarded: none of them may be replayed.
-            with contextlib.suppress(OSError):
-                if start < 0:
-                    path.unlink()
-                else:
-                    os.truncate(path, start)
-            raise
-        self.size_bytes += written
+        if self.mark_bytes > 0:  # the front's own count: it is read from its start
+            head_size = records.HEADER_SIZE
+            messages = sum(records.message_count(r[head_size], r[head_size + 1 :]) for r in front)
+            front = [*front, records.count_mark(messages)]
+        # All or nothing: the caller counts these messages as discarded after an OSError.
+        self.size_bytes += append_whole(path, front, durable=self.fsync is not FsyncPolicy.NEVER)
 
     # -- reading ------------------------------------------------------------------------
 
     def read(self, max_bytes: int) -> list[tuple[int, bytes, str]]:
         """Up to about ``max_bytes`` of records from the head, in order, as (kind, body,
-        segment name); at least one whole record, however large.  Deletes nothing (see
-        :meth:`commit`).  An OSError is raised only when nothing could be read: else what
-        was read comes back, and the segment that failed is tried again next time."""
+        segment name); at least one whole record, however large, if any can be read now
+        (marks and damage are read past).  Deletes nothing (see :meth:`commit`).  An
+        OSError is raised only when nothing could be read: else what was read comes back,
+        and the segment that failed is tried again next time."""
         out: list[tuple[int, bytes, str]] = []
         budget = max_bytes
         segments = [name for name in self._segments() if name not in self._finished]
         self._count_vanished(segments)
         for name in segments:
-            if budget <= 0:
-                break
-            try:
-                data, at_end, offset = self._read_chunk(name, budget)
-            except OSError:
-                if out:
-                    break
-                raise
             is_tail = name == self._tail_name
-            result = records.scan(data, final=at_end and not is_tail)
-            out.extend((kind, body, name) for kind, body in result.records)
-            if name in self._unread:  # this run's: datagrams only, counted at the end
-                self._unread[name] = max(self._unread[name] - len(result.records), 0)
+            while budget > 0 or not out:
+                try:
+                    data, at_end, offset = self._read_chunk(name, budget)
+                except OSError:
+                    if out:
+                        return out
+                    raise
+                result = records.scan(data, final=at_end and not is_tail, tally=self._tally(name))
+                out.extend((kind, body, name) for kind, body in result.records)
+                self._account(name, result)
+                self.size_bytes = max(self.size_bytes - result.consumed, 0)
+                budget -= result.consumed
+                if at_end and result.consumed == len(data):
+                    self._finish(name)
+                    break
+                self._offsets[name] = offset + result.consumed
+                if out or not result.consumed:
+                    return out  # this segment is not done: the next one must wait
             else:
-                self.lost_previous_run += result.lost_messages
-            if result.corrupt:
-                damage = self._damage.setdefault(name, [0, 0])
-                damage[0] += result.corrupt
-                damage[1] += result.lost_messages
-            self.corrupt_records += result.corrupt
-            offset += result.consumed
-            self.size_bytes = max(self.size_bytes - result.consumed, 0)
-            budget -= result.consumed
-            if at_end and result.consumed == len(data):
-                self._finish(name)
-                if not is_tail:
-                    continue
+                return out
+            if is_tail:
                 break
-            self._offsets[name] = offset
-            break  # this segment is not done: the next one must wait
         return out
+
+    def _tally(self, name: str) -> records.Tally:
+        tally = self._tallies.get(name)
+        if tally is None:  # read from its start: its marks count from 0
+            tally = records.Tally(mark=0 if self._offsets.get(name, 0) == 0 else None)
+            self._tallies[name] = tally
+        return tally
+
+    def _account(self, name: str, result: records.ScanResult) -> None:
+        """What a chunk of ``name`` gave back, and the damage it found."""
+        if name in self._unread:  # this run's: datagrams only, counted at the end
+            self._unread[name] = max(self._unread[name] - len(result.records), 0)
+        else:
+            self.lost_previous_run += result.lost_messages
+        if result.corrupt or result.lost_messages:
+            damage = self._damage.setdefault(name, [0, 0])
+            damage[0] += result.corrupt
+            damage[1] += result.lost_messages
+        self.corrupt_records += result.corrupt
 
     def _read_chunk(self, name: str, budget: int) -> tuple[bytes, bool, int]:
         """The next bytes of ``name`` (a whole record at least), whether they reach its end
@@ -317,6 +347,7 @@ class SpoolStore:
         self._finished.append(name)
         self._offsets.pop(name, None)
         self._limits.pop(name, None)
+        self._tallies.pop(name, None)
         corrupt, lost = self._damage.pop(name, (0, 0))
         this_run = name in self._unread
         if this_run:
@@ -342,6 +373,7 @@ class SpoolStore:
             lost = self._unread.pop(name)
             self.lost_this_run += lost
             self._offsets.pop(name, None)
+            self._tallies.pop(name, None)
             log.error("spool %s: segment %s is gone; %d messages lost (counted as "
                       "spool_damaged)", self.directory, name, lost)  # fmt: skip
             if name == self._tail_name:
@@ -349,7 +381,7 @@ class SpoolStore:
                     self._close_tail()
                 self._tail, self._tail_name = None, ""
             self.size_bytes = sum(
-                _size(self.directory / n) - self._offsets.get(n, 0) for n in segments
+                layout.size(self.directory / n) - self._offsets.get(n, 0) for n in segments
             )
 
     def take_losses(self) -> tuple[int, int]:
@@ -360,37 +392,27 @@ class SpoolStore:
 
     def commit(self) -> None:
         """The records :meth:`read` returned are admitted: delete the segments they
-        emptied and save the cursor.  After an OSError, the next call tries again."""
+        emptied and save the cursor.  After an OSError deleting, the next call tries
+        again.  A cursor that cannot be saved (a full disk) is logged and saved by a later
+        call: the replay goes on meanwhile (a crash then replays some records twice)."""
         while self._finished:
             with contextlib.suppress(FileNotFoundError):
                 (self.directory / self._finished[0]).unlink()
             self._finished.pop(0)
-        self._save_cursor()
+        try:
+            self._save_cursor()
+        except OSError as exc:
+            retry_log.error("spool %s: cannot save the cursor (%s); saved with a later read",
+                            self.directory, exc)  # fmt: skip
 
     def _save_cursor(self, durable: bool = False) -> None:
-        """Replace the cursor file (atomically) when an offset moved; ``durable`` also
-        fsyncs it and the directory, for the moments a stale cursor could cost data."""
-        text = self._cursor_text()
-        if text == self._saved_cursor and not durable:
-            return
-        temporary = self.directory / (CURSOR + ".tmp")
-        with temporary.open("w") as handle:
-            handle.write(text)
-            if durable:
-                handle.flush()
-                os.fsync(handle.fileno())
-        temporary.replace(self.directory / CURSOR)
-        if durable:
-            directory = os.open(self.directory, os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
-        self._saved_cursor = text
-
-    def _cursor_text(self) -> str:
-        # One line, no newline, when one segment is partly read: what earlier versions read.
-        return "\n".join(f"{name} {offset}" for name, offset in sorted(self._offsets.items()))
+        """Replace the cursor file when an offset moved; ``durable``: also fsync it (and
+        the directory), for the moments a stale cursor could cost data."""
+        text = cursor_text(self._offsets)
+        if text != self._saved_cursor or durable:
+            write_cursor(self.directory, text, durable)
+            self._saved_cursor = text
 
     def close(self) -> None:
+        self._mark_tail()
         self._close_tail()

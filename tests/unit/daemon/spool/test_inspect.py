@@ -61,7 +61,8 @@ def test_damage_is_named_per_segment(tmp_path: Path) -> None:
     data[len(datagram(0)) + 14] ^= 0xFF  # the second datagram's body
     path.write_bytes(bytes(data))
     tail = tmp_path / second
-    tail.write_bytes(tail.read_bytes()[:-10])  # the batch record torn: 5 messages lost
+    # The batch record torn (and the count mark after it): 5 messages lost, per its header.
+    tail.write_bytes(tail.read_bytes()[: -records.MARK_SIZE - 10])
     (tmp_path / "seg-000000000009.spool").write_bytes(b"")
     report = inspect_spool(tmp_path)
     by_name = {s.name: s for s in report.segments}
@@ -148,13 +149,13 @@ def test_check_exit_codes_and_lines(tmp_path: Path) -> None:
     code, out, _ = run("spool", "check", str(tmp_path))
     assert (code, out) == (0, "checked 2 segments, 8 records, 16 messages intact: no damage\n")
     tail = tmp_path / second
-    tail.write_bytes(tail.read_bytes()[:-10])
+    tail.write_bytes(tail.read_bytes()[: -records.MARK_SIZE - 10])
     (tmp_path / "seg-000000000009.spool").write_bytes(b"")
     before = snapshot(tmp_path)
     code, out, _ = run("spool", "check", str(tmp_path))
     assert code == 1 and snapshot(tmp_path) == before
     assert out.splitlines() == [
-        f"{second}: 1 corrupt record (5 messages lost per their headers)",
+        f"{second}: 1 corrupt record (5 messages lost)",
         "seg-000000000009.spool: empty segment (0 bytes): what it held is lost",
         "checked 3 segments, 7 records, 11 messages intact: 2 damaged segments, "
         "1 corrupt record, 5 messages known lost",

@@ -137,7 +137,7 @@ def test_a_failed_write_discards_the_held_messages_as_buffer_full(
     assert ledger.discarded[reasons.BUFFER_FULL] == 3
     assert (ledger.received, ledger.buffered_messages, ledger.spooled_messages) == (4, 1, 0)
     assert [r.levelno for r in caplog.records] == [logging.ERROR]
-    assert "3 messages discarded as buffer_full" in caplog.text
+    assert "0 messages kept in memory, 3 discarded as buffer_full" in caplog.text
     policy.write_held()  # they are gone: not written, not discarded again
     assert len(appends.calls) == 1 and ledger.discarded[reasons.BUFFER_FULL] == 3
     appends.fail = False

@@ -43,3 +43,25 @@ def test_corruption_in_the_middle_resynchronises_on_the_next_record() -> None:
 def test_arbitrary_bytes_never_raise_and_only_intact_records_come_out(junk: bytes) -> None:
     for kind, _ in records.scan(junk + datagram(9), final=True).records:
         assert kind in (records.DATAGRAM, records.BATCH)
+
+
+def test_count_marks_count_a_hole_and_are_never_returned_as_records() -> None:
+    first = datagram(1) + datagram(2) + records.count_mark(2)
+    data = first + datagram(3) + datagram(4) + records.count_mark(4)
+    result = records.scan(data.replace(datagram(3), b""), final=True)  # a record cut out
+    assert bodies(result.records) == [b"datagram-1", b"datagram-2", b"datagram-4"]
+    assert (result.corrupt, result.lost_messages) == (0, 1)
+
+
+def test_a_read_that_starts_past_a_files_start_counts_from_its_first_mark() -> None:
+    """Resumed at a read offset: the messages before it are not known, so the first mark
+    only sets the count; damage before it is counted as far as the headers tell."""
+    torn = bytearray(datagram(3))
+    torn[-1] ^= 0xFF  # its header is intact: one datagram
+    data = bytes(torn) + records.count_mark(3) + datagram(4) + records.count_mark(4)
+    result = records.scan(data, final=True, tally=records.Tally(mark=None))
+    assert (bodies(result.records), result.corrupt, result.lost_messages) == (
+        [b"datagram-4"],
+        1,
+        1,
+    )

@@ -35,8 +35,11 @@ class RecordingReplayer:
 
     def replay_datagram(self, data: bytes, *, previous_run: bool) -> None:
         self.replayed.append((data, previous_run))
-        if self.ledger is not None and previous_run:
-            self.ledger.readmit(1, len(data))
+        if self.ledger is not None:
+            if previous_run:
+                self.ledger.readmit(1, len(data))
+            else:
+                self.ledger.unspill(len(data))
 
     def replay_batch(self, spooled: SpooledBatch) -> None:
         self.replayed.append(spooled)
@@ -353,6 +356,17 @@ def unblock(rig: Rig) -> None:
     rig.ledger.ack(TopicCounters(), 1, CAP // 2)
 
 
+def full_rig(directory: Path, fsync: str = "never") -> Rig:
+    """A rig whose memory is full to its cap: what the disk refuses cannot go there."""
+    rig = Rig(directory, fsync=fsync, into_memory=True)
+    rig.ledger.accept(CAP)
+    return rig
+
+
+def empty_memory(rig: Rig) -> None:
+    rig.ledger.ack(TopicCounters(), 1, CAP)
+
+
 @pytest.mark.parametrize("damage", ["truncate", "rename"])
 def test_a_segment_of_this_run_cut_to_nothing_or_renamed_is_counted(
     tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
@@ -405,8 +419,7 @@ def test_a_write_whose_fsync_fails_leaves_nothing_on_disk_to_replay(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Discarded as buffer_full, so never replayed: the ledger and the disk agree."""
-    rig = Rig(tmp_path, fsync="always")
-    rig.ledger.accept(CAP // 2)
+    rig = full_rig(tmp_path, fsync="always")
     rig.spill(b"d1")
 
     def failing_fsync(fd: int) -> None:
@@ -417,7 +430,7 @@ def test_a_write_whose_fsync_fails_leaves_nothing_on_disk_to_replay(
     monkeypatch.undo()
     assert rig.ledger.discarded["buffer_full"] == 1
     rig.spill(b"d2")
-    unblock(rig)
+    empty_memory(rig)
     rig.spooler.tick(NOW)
     assert rig.datagrams == [(b"d2", False)] and rig.ledger.identity_holds()
 
@@ -426,7 +439,7 @@ def test_a_write_cut_short_by_a_full_disk_is_undone_and_goes_to_the_discard_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     refused: list[tuple[str, bytes]] = []
-    rig = blocked_rig(tmp_path)
+    rig = full_rig(tmp_path)
     rig.policy.refused = lambda reason, data: refused.append((reason, data))
     rig.spill(b"d1", b"d2", b"d3")
     real_write, writes = os.write, [0]
@@ -445,7 +458,98 @@ def test_a_write_cut_short_by_a_full_disk_is_undone_and_goes_to_the_discard_log(
     assert refused == [("buffer_full", b"d1"), ("buffer_full", b"d2"), ("buffer_full", b"d3")]
     assert rig.ledger.discarded["buffer_full"] == 3 and rig.store.is_empty
     rig.spill(b"d4")
-    unblock(rig)
+    empty_memory(rig)
     rig.spooler.tick(NOW)
     assert rig.datagrams == [(b"d4", False)] and rig.store.corrupt_records == 0
     assert rig.ledger.identity_holds()
+
+
+# -- a full disk, then room again (issue 29) ----------------------------------------------------
+
+
+class FullDisk:
+    """The store's writes fail with ENOSPC (the spool's files, not pytest's) while ``full``."""
+
+    def __init__(self, directory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.full = True
+        real_write = os.write
+
+        def write(fd: int, data: bytes | memoryview) -> int:
+            if self.full and os.readlink(f"/proc/self/fd/{fd}").startswith(str(directory)):
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real_write(fd, data)
+
+        monkeypatch.setattr(store_module.os, "write", write)
+
+
+def test_what_a_full_disk_refuses_goes_to_memory_while_it_has_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No broker for a while: new messages go to the spool, whose disk is full. Memory has
+    room, so they wait there instead of being discarded; once the disk has room again,
+    the spool takes the next ones (and gives them back when a broker is reachable)."""
+    rig = Rig(tmp_path, into_memory=True)
+    rig.ledger.accept(100)  # waiting for a broker
+    rig.reachable = False
+    rig.spooler.tick(NOW)
+    rig.spooler.tick(NOW + 11)  # unreachable for longer than unreachable_after_s: spilling
+    assert rig.policy.spilling
+    disk = FullDisk(tmp_path, monkeypatch)
+    rig.spill(b"d1", b"d2")
+    rig.spooler.tick(NOW + 12)
+    assert rig.datagrams == [(b"d1", False), (b"d2", False)]  # in memory, in order
+    assert rig.ledger.discarded.get("buffer_full", 0) == 0
+    assert rig.ledger.spooled_messages == 0 and rig.ledger.identity_holds()
+    disk.full = False  # space freed: the very next write lands on disk
+    rig.spill(b"d3")
+    rig.spooler.tick(NOW + 13)
+    assert rig.ledger.spooled_messages == 1 and not rig.store.is_empty
+    rig.reachable = True
+    rig.spooler.tick(NOW + 14)
+    assert rig.datagrams[-1] == (b"d3", False)
+    assert rig.ledger.spooled_messages == 0 and rig.ledger.identity_holds()
+    assert rig.ledger.received == 4 and rig.ledger.buffered_messages == 4  # none twice
+
+
+def test_memory_takes_what_a_full_disk_refuses_up_to_its_cap_the_rest_is_buffer_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refused: list[tuple[str, bytes]] = []
+    rig = Rig(tmp_path, into_memory=True)
+    rig.policy.refused = lambda reason, data: refused.append((reason, data))
+    rig.ledger.accept(CAP - 150)  # room for one 100-byte datagram
+    FullDisk(tmp_path, monkeypatch)
+    rig.spill(b"1" * 100, b"2" * 100, b"3" * 100)
+    rig.spooler.tick(NOW)
+    assert rig.datagrams == [(b"1" * 100, False)]  # the oldest
+    assert refused == [("buffer_full", b"2" * 100), ("buffer_full", b"3" * 100)]
+    assert rig.ledger.discarded["buffer_full"] == 2 and rig.ledger.identity_holds()
+
+
+def test_the_replay_goes_on_at_full_speed_while_the_cursor_cannot_be_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full disk fails the cursor's save: the tick must not fail (run() would back off
+    to one tick every 5 s for as long as the disk stays full); the cursor is saved by a
+    later commit, once the disk has room."""
+    write_segment(tmp_path, 1, b"a1", b"a2", b"a3")
+    rig = Rig(tmp_path)
+    real_replace, full = Path.replace, [True]
+
+    def replace(self: Path, target: str | Path) -> Path:
+        if full[0] and self.name == "cursor.tmp":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_replace(self, target)
+
+    monkeypatch.setattr(Path, "replace", replace)
+    read = rig.store.read
+    monkeypatch.setattr(rig.store, "read", lambda max_bytes: read(12))  # one record a tick
+    rig.spooler.tick(NOW)  # raised OSError before
+    rig.spooler.tick(NOW)
+    assert rig.datagrams == [(b"a1", True), (b"a2", True)]
+    assert "cannot save the cursor" in caplog.text
+    assert not (tmp_path / "cursor").exists()
+    full[0] = False
+    rig.spooler.tick(NOW)
+    assert (tmp_path / "cursor").exists() or not rig.store.segment_names()
+    assert rig.datagrams == [(b"a1", True), (b"a2", True), (b"a3", True)]
