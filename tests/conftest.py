@@ -43,10 +43,11 @@ def apache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApachePulsar]:
         instance.kill()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def apache_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheCluster]:
-    """One three-broker Apache Pulsar cluster for the whole run (unique namespaces; a test
-    that stops or kills a broker starts it again before it ends)."""
+    """One three-broker Apache Pulsar cluster for a test module (unique namespaces; a test
+    that stops or kills a broker starts it again before it ends); gone after the module, so
+    its five JVMs do not slow the rest of the run."""
     instance = ApacheCluster(tmp_path_factory.mktemp("apache-cluster"))
     try:
         instance.start()

@@ -17,10 +17,8 @@ the other producers on that connection go on.  Only connection-level failures
 (I/O errors, keep-alive silence, bad framing) drop the connection.
 
 Retries stay short while the cluster answers (``backoff.Retry``), so a producer
-is back within about a second of its bundle's new owner.  For PartitionKey
-routing the partition stays available (its messages wait for it) while it is
-being created or re-created; it becomes unavailable (they fail over) once an
-attempt finds no broker, or it has been away for ``failover_grace_s``.
+is back within about a second of its bundle's new owner; whether its partition
+counts as available for PartitionKey failover meanwhile is ``availability.py``'s.
 """
 
 from __future__ import annotations
@@ -40,6 +38,7 @@ from pulsar_bruce.connection.pool import BrokerAddress, ConnectionPool, TopicLoo
 from pulsar_bruce.frame import commands
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.producer.answers import BrokerAnswers
+from pulsar_bruce.producer.availability import Availability
 from pulsar_bruce.producer.backoff import Retry
 from pulsar_bruce.producer.delivery import DeliveryListener, DeliveryPolicy, SendJournal
 from pulsar_bruce.producer.faults import (
@@ -97,11 +96,10 @@ class ProducerDriver(BrokerAnswers):
         #: Reasons of -1:-1 receipts already logged at warning level.
         self._unstored_logged: set[str] = set()
         self._retry = Retry()
-        #: Ends the failover grace (None: not running).
-        self._grace: asyncio.TimerHandle | None = None
         #: This attempt's lookup named the owner (a failure to reach it is the cluster's answer).
         self._owner_named = False
         self._loop = asyncio.get_running_loop()
+        self.availability = Availability(producer, self.delivery.failover_grace_s, self._loop)
         self.send_timeout = SendTimeout(
             producer,
             listener,
@@ -120,7 +118,7 @@ class ProducerDriver(BrokerAnswers):
             self._linger.cancel()
         if self._receipt_check is not None:
             self._receipt_check.cancel()
-        self._end_grace()
+        self.availability.stop()
         self.send_timeout.cancel()
         if self._task is not None:
             self._task.cancel()
@@ -157,9 +155,9 @@ class ProducerDriver(BrokerAnswers):
         refusal, error = creation_refusal(exc)
         delay = self._retry.next_delay(answered(exc, self._owner_named))
         if refusal is Refusal.PERMANENT or unreachable(exc):
-            self._unavailable(f"{exc or type(exc).__name__}")
+            self.availability.unreachable(f"{exc or type(exc).__name__}")
         else:
-            self._start_grace()
+            self.availability.away()
         if refusal is Refusal.PERMANENT and self._reject(error_name(error), str(exc)):
             return delay  # our schema refused: its one line is said, retries are quiet
         elif refusal is Refusal.NAME_CONFLICT and producer.name_is_ours and producer.name:
@@ -178,30 +176,6 @@ class ProducerDriver(BrokerAnswers):
         """After a lost connection or producer: no wait when the broker named where to go
         (the Java client reconnects at once), else a short one."""
         return 0.0 if self._assigned_url is not None else self._retry.next_delay(True)
-
-    # -- availability (PartitionKey failover) ------------------------------------------
-
-    def _start_grace(self) -> None:
-        if self._grace is None and self.producer.available and not self.producer.ready:
-            self._grace = self._loop.call_later(self.delivery.failover_grace_s, self._grace_over)
-
-    def _grace_over(self) -> None:
-        self._grace = None
-        if not self.producer.ready:
-            self._unavailable(f"not back within {self.delivery.failover_grace_s:g} s")
-
-    def _end_grace(self) -> None:
-        if self._grace is not None:
-            self._grace.cancel()
-            self._grace = None
-
-    def _unavailable(self, why: str) -> None:
-        """PartitionKey messages fail over from this partition until it is ready again."""
-        self._end_grace()
-        if self.producer.available:
-            self.producer.available = False
-            log.info("%s unavailable (%s); PartitionKey messages fail over to the next "
-                     "ready partition", self.producer.topic, why)  # fmt: skip
 
     async def _connect(self) -> None:
         producer = self.producer
@@ -255,7 +229,7 @@ class ProducerDriver(BrokerAnswers):
         self.connection = connection
         self._epoch += 1
         self._retry.reset()
-        self._end_grace()
+        self.availability.ready()
         self._at_limit = False
         if self.rejected is not None:
             log.info("%s accepts our producer again (was %s)", producer.topic, self.rejected)
@@ -441,5 +415,5 @@ class ProducerDriver(BrokerAnswers):
         PartitionKey messages wait for it through the failover grace)."""
         self.connection = None
         self.producer.on_disconnected()
-        self._start_grace()
+        self.availability.away()
         self._lost.set()
