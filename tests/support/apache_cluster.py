@@ -189,6 +189,7 @@ class ApacheCluster:
             workdir / "zookeeper",
             [
                 *java_command("128m", "64m"),
+                "-Dzookeeper.admin.enableServer=false",  # its Jetty would take port 8080
                 "org.apache.zookeeper.server.ZooKeeperServerMain",
                 str(self.zk_port),
                 str(workdir / "zookeeper" / "data"),
