@@ -332,11 +332,14 @@ def hint(args: argparse.Namespace, sock: Path) -> str:
     bin_dir = Path(python).parent
     url = f"pulsar://{HOST}:{args.broker_port}"
     read_url = "" if args.broker_port == 6650 else f" --service-url {url}"
+    admin = ""
     if args.broker == "apache":
         broker = (
             f"Apache Pulsar standalone is listening on {url} (admin http://{HOST}:"
             f"{args.web_port}; data in {Path(args.data) / 'apache-pulsar'})."
         )
+        # Tenants, namespaces, policies: docs/deploying.md#tenants-and-namespaces.
+        admin = f"\n  admin:    curl -s http://{HOST}:{args.web_port}/admin/v2/tenants"
     else:
         broker = f"pulsar-lite is listening on {url} (data in {args.data})."
     return f"""
@@ -346,7 +349,7 @@ pulsar-bruce: socket {sock}, metrics http://{HOST}:{args.metrics_port}/metrics
 In another terminal:
   send:     {bin_dir}/to_pulsar --socket-path {sock} --topic demo --value hello --key k1
   observe:  curl -s {HOST}:{args.metrics_port}/metrics | grep -E '^pulsar_bruce_(received|acked)'
-  read:     {python} {ROOT / "examples" / "read_back.py"} --topic demo{read_url}
+  read:     {python} {ROOT / "examples" / "read_back.py"} --topic demo{read_url}{admin}
 Ctrl-C stops it."""
 
 
