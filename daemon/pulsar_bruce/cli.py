@@ -16,10 +16,10 @@ from typing import IO, Any
 import click
 
 from pulsar_bruce import __version__
-from pulsar_bruce.config import AUTH_TOKEN_ENV, OPTIONS, Config, ConfigError, load_config
+from pulsar_bruce.config import OPTIONS, Config, ConfigError, load_config
+from pulsar_bruce.config.effective import effective_config_toml
 from pulsar_bruce.input.unix_sockets import SocketInUseError
 from pulsar_bruce.metrics.status import render_status
-from pulsar_bruce.model.schema import ProducerSchema
 from pulsar_bruce.native import INTAKE, INTAKE_CHOICE_ERROR
 from pulsar_bruce.service.logs import setup_logging
 from pulsar_bruce.service.systemd import ActivationError
@@ -333,32 +333,6 @@ def spool_empty(directory: str, yes: bool) -> None:
 
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
-
-
-def effective_config_toml(config: Config) -> str:
-    """The resolved configuration, in the config file's own format."""
-    lines = []
-    for option in OPTIONS:
-        value = getattr(config, option.name)
-        if option.name == "metrics_listen":
-            text = '"off"' if value is None else f'"{value[0]}:{value[1]}"'
-        elif value is None:
-            lines.append(f"# {option.name}: not set")
-            continue
-        elif isinstance(value, bool):
-            text = "true" if value else "false"
-        elif option.name == "socket_mode":
-            text = f'"{value:04o}"'
-        elif isinstance(value, str | ProducerSchema):
-            text = json.dumps(str(value))
-        elif isinstance(value, tuple):  # a list option (encryption_keys)
-            text = json.dumps(list(value))
-        else:
-            text = repr(value)
-        lines.append(f"{option.name} = {text}")
-    if config.auth_token is not None:
-        lines.append(f"# auth token: from {AUTH_TOKEN_ENV} (not shown)")
-    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
