@@ -181,7 +181,11 @@ def _serve(config: Config, reload: Callable[[], Config]) -> None:
 )
 @click.pass_obj
 def status(config: Config, url: str | None, as_json: bool, interval: float) -> None:
-    """Summarise a running daemon: uptime, throughput, buffered, connections, discards."""
+    """Summarise a running daemon: uptime, throughput, buffered, connections, discards.
+
+    It reads the daemon whose --metrics-listen the configuration gives (so
+    `pulsar-bruce --config FILE status` reads the one FILE configures), or --url.
+    """
     if url is None:
         if config.metrics_listen is None:
             click.echo("pulsar-bruce: error: metrics are off; pass --url", err=True)
@@ -196,7 +200,7 @@ def status(config: Config, url: str | None, as_json: bool, interval: float) -> N
     if interval > 0:
         time.sleep(interval)
         second = _fetch_status(url)
-    click.echo(render_status(second, first) if second else render_status(first))
+    click.echo(render_status(second, first, url) if second else render_status(first, None, url))
 
 
 def _fetch_status(url: str) -> dict[str, Any]:
@@ -205,7 +209,11 @@ def _fetch_status(url: str) -> dict[str, Any]:
             document: dict[str, Any] = json.load(response)
             return document
     except (OSError, ValueError) as exc:
-        click.echo(f"pulsar-bruce: error: cannot read {url}: {exc}", err=True)
+        click.echo(
+            f"pulsar-bruce: error: cannot read {url}: {exc} (another daemon: "
+            "pulsar-bruce --config FILE status, or status --url URL)",
+            err=True,
+        )
         sys.exit(1)
 
 

@@ -52,7 +52,12 @@ def load_config(
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{source}: {exc}") from None
     overrides = _topic_overrides(file_values.get("topics", {}), config_path)
-    config = Config(**values, topic_overrides=overrides, auth_token=_auth_token(environ))
+    config = Config(
+        **values,
+        topic_overrides=overrides,
+        auth_token=_auth_token(environ),
+        config_file=str(Path(config_path).resolve()) if config_path else None,
+    )
     _check_consistency(config)
     return config
 
