@@ -223,6 +223,12 @@ def spool() -> None:
 
 
 def _inspect(directory: str) -> SpoolReport:
+    """The report on ``directory``; a running daemon's is a moment's snapshot, said so."""
+    pid = daemon_using(Path(directory))
+    if pid:
+        click.echo(f"pulsar-bruce: warning: {directory} is in use by a running pulsar-bruce "
+                   f"(pid {pid}): this is a snapshot of files it is changing; stop it for a "
+                   "stable view", err=True)  # fmt: skip
     try:
         return inspect_spool(Path(directory))
     except NotASpoolDirectory as exc:
@@ -314,12 +320,12 @@ def _journal_line(report: SpoolReport) -> None:
 @click.option("--yes", is_flag=True, help="really delete the segments and the cursor")
 def spool_empty(directory: str, yes: bool) -> None:
     """Delete the segments and the cursor (never other files); needs --yes."""
-    report = _inspect(directory)
     pid = daemon_using(Path(directory))
     if pid:
         click.echo(f"pulsar-bruce: error: {directory} is in use by a running pulsar-bruce "
                    f"(pid {pid}); stop it first", err=True)  # fmt: skip
         sys.exit(1)
+    report = _inspect(directory)
     messages = _count(report.messages + report.journal.messages, "message")
     if report.corrupt and not report.lost_messages:
         messages = "at least " + messages

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.support.consume import consume
-from tests.support.processes import Broker, wait_for
+from tests.support.processes import Broker, source_env, wait_for
 
 pytestmark = pytest.mark.broker
 
@@ -114,3 +116,24 @@ def test_a_torn_spool_file_is_counted_and_the_rest_replayed(
     assert counters.acked == 5 and counters.received == 5
     assert daemon.metrics()["pulsar_bruce_spool_corrupt_records_total"] == 1
     assert values_of(broker, topic, 5) == set(range(5))
+
+
+def test_spool_list_on_a_running_daemons_directory_warns(
+    tmp_path: Path, broker: Broker, start_daemon
+) -> None:
+    """The journal keeps a file open in the directory while the daemon runs: ``spool
+    list`` and ``check`` find it and say their view is a moment's snapshot."""
+    spool = tmp_path / "spool"
+    daemon = start_daemon(broker.url, "--spool-dir", str(spool))
+    send_numbered(daemon, f"spool-busy-{uuid.uuid4().hex[:8]}", range(10))
+    daemon.wait_settled(10)
+    for command in ("list", "check"):
+        done = subprocess.run(
+            [sys.executable, "-m", "pulsar_bruce", "spool", command, str(spool)],
+            capture_output=True, text=True, timeout=60, env=source_env(),
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.startswith(
+            f"pulsar-bruce: warning: {spool} is in use by a running pulsar-bruce "
+            f"(pid {daemon.pid}): "
+        )
