@@ -21,7 +21,7 @@ help:
 	     /^## / { sub(/^## /, ""); printf "  %-18s%s\n", "", $$0 }' $(firstword $(MAKEFILE_LIST))
 
 # The compiled intake is built here where a C compiler is; the last line says which intake runs.
-$(RUN_STAMP): pyproject.toml $(wildcard daemon/pulsar_bruce/native/*.[ch])
+$(RUN_STAMP): pyproject.toml setup.py $(wildcard daemon/pulsar_bruce/native/*.[ch])
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) -e '.[run]'
 	$(BIN)/pulsar-bruce --version
