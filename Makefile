@@ -40,10 +40,12 @@ run: $(RUN_STAMP) $(if $(filter apache,$(PULSAR)),apache-classpath)
 	$(BIN)/python examples/run_local.py --broker $(PULSAR)
 
 ## test: lint, type-check and the whole suite, real-broker tests included, once per intake
-## (the Apache Pulsar interop tests, marked `apache`, run in the first pass only)
+## (the Apache Pulsar interop tests, marked `apache`, run in the first pass only); each pass
+## ends with its slowest tests and its time
+DURATIONS := --durations=25 --durations-min=5
 test: $(STAMP) lint apache-classpath
-	$(BIN)/python -m pytest -q -p no:cacheprovider
-	PULSAR_BRUCE_INTAKE=python $(BIN)/python -m pytest -q -p no:cacheprovider -m "not apache"
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(DURATIONS)
+	PULSAR_BRUCE_INTAKE=python $(BIN)/python -m pytest -q -p no:cacheprovider -m "not apache" $(DURATIONS)
 
 ## apache-classpath: resolve Apache Pulsar's classpath with Maven (once; cached in ~/.cache)
 apache-classpath: $(STAMP)

@@ -40,6 +40,7 @@ def apache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApachePulsar]:
         yield instance
     finally:
         instance.kill()
+        instance.remove_data()
 
 
 @pytest.fixture
@@ -57,6 +58,7 @@ def start_apache(tmp_path: Path) -> Iterator[Callable[..., ApachePulsar]]:
     yield start
     for instance in started:
         instance.kill()
+        instance.remove_data()
 
 
 @pytest.fixture(scope="session")
@@ -66,6 +68,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     instance.start()
     yield instance
     instance.stop()
+    instance.remove_data()
 
 
 @pytest.fixture(scope="session")
@@ -75,6 +78,7 @@ def flat_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     instance.start()
     yield instance
     instance.stop()
+    instance.remove_data()
 
 
 @pytest.fixture
@@ -84,6 +88,7 @@ def own_broker(tmp_path: Path) -> Iterator[Broker]:
     instance.start()
     yield instance
     instance.kill()
+    instance.remove_data()
 
 
 @pytest.fixture
