@@ -207,6 +207,8 @@ class StreamConnection(asyncio.Protocol):
         except RecordRefused as exc:
             if exc.reason == reasons.TOO_LARGE:
                 session.skip_record(exc.size)  # the sender learns it at its next flush
+                self._full = False  # everything before it was taken
+                self._update_reading()
                 self._after_records()
                 self._write_responses()
                 return

@@ -377,6 +377,25 @@ def test_a_record_over_max_message_bytes_is_skipped_and_told_at_the_next_flush()
     run(test)
 
 
+def test_a_record_skipped_after_a_pause_for_memory_lets_reading_resume() -> None:
+    async def test() -> None:
+        rig = Rig()
+        rig.connection = StreamConnection(rig.intake, lambda: None, budget_of(rig, 1 << 20))
+        rig.connection.connection_made(rig.transport)
+        rig.intake.accepting = False
+        big = record(b"x" * 4000)
+        rig.connection.data_received(record(b"v1") + big[:100])
+        assert rig.transport.calls == ["pause_reading"]
+        rig.intake.accepting = True  # the retry takes v1, then meets the big record's head
+        await until(lambda: rig.intake.values == [b"v1"], "v1 to be taken")
+        assert rig.transport.calls == ["pause_reading", "resume_reading"]
+        rig.connection.data_received(big[100:] + record(b"v2"))
+        assert rig.intake.refused == [(reasons.TOO_LARGE, big, len(big))]
+        assert rig.intake.values == [b"v1", b"v2"]
+
+    run(test)
+
+
 def test_a_skipped_record_keeps_only_its_first_bytes() -> None:
     async def test() -> None:
         rig = Rig()
