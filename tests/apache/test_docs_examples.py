@@ -139,3 +139,19 @@ def test_deploying_page_admin_calls_create_and_configure_a_namespace(
     run_shell(block(page, "sh", "/deduplication"), here, tmp_path, only="curl")
     policies = apache.admin.get_json("/admin/v2/namespaces/acme/deploying")
     assert policies["deduplicationEnabled"] is True
+
+
+@pytest.mark.parametrize(
+    ("page", "namespace"), [("docs/spark.md", "public/default"), ("docs/delivery.md", "tenant/ns")]
+)
+def test_deduplication_by_rest_as_the_pages_give_it(
+    apache: ApachePulsar, tmp_path: Path, page: str, namespace: str
+) -> None:
+    """The REST form beside each ``pulsar-admin namespaces set-deduplication``, on a
+    namespace of this test's (turning it on for public/default would change other tests)."""
+    mine = f"public/dedup-{page.split('/')[1].removesuffix('.md')}"
+    apache.admin.create_namespace(mine)
+    text = block(page, "sh", "/deduplication")
+    run_shell(text, {ADMIN: apache.web_url, f"/namespaces/{namespace}/": f"/namespaces/{mine}/"},
+              tmp_path, only="curl")  # fmt: skip
+    assert apache.admin.get_json(f"/admin/v2/namespaces/{mine}")["deduplicationEnabled"] is True

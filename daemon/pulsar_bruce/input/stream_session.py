@@ -52,7 +52,8 @@ class FramingError(Exception):
 
 class RecordRefused(FramingError):
     """A record refused at its header (``reason``: too_large, buffer_full): buffering it
-    could exceed the memory limit, so the connection is closed before it arrives."""
+    could exceed the memory limit.  A too_large one is skipped as it arrives
+    (:meth:`StreamSession.skip_record`); for buffer_full the connection is closed."""
 
     def __init__(self, reason: str, size: int):
         super().__init__(f"a record of {size} bytes is refused as {reason}")
