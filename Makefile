@@ -21,7 +21,7 @@ help:
 	     /^## / { sub(/^## /, ""); printf "  %-18s%s\n", "", $$0 }' $(firstword $(MAKEFILE_LIST))
 
 # The compiled intake is built here where a C compiler is; the last line says which intake runs.
-$(RUN_STAMP): pyproject.toml $(wildcard daemon/pulsar_bruce/native/*.[ch])
+$(RUN_STAMP): pyproject.toml setup.py $(wildcard daemon/pulsar_bruce/native/*.[ch])
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) -e '.[run]'
 	$(BIN)/pulsar-bruce --version
@@ -41,10 +41,12 @@ run: $(RUN_STAMP) $(if $(filter apache cluster,$(PULSAR)),apache-classpath)
 	$(BIN)/python examples/run_local.py --broker $(PULSAR)
 
 ## test: lint, type-check and the whole suite, real-broker tests included, once per intake
-## (the Apache Pulsar interop tests, marked `apache`, run in the first pass only)
+## (the Apache Pulsar interop tests, marked `apache`, run in the first pass only); each pass
+## ends with its slowest tests and its time
+DURATIONS := --durations=25 --durations-min=5
 test: $(STAMP) lint apache-classpath
-	$(BIN)/python -m pytest -q -p no:cacheprovider
-	PULSAR_BRUCE_INTAKE=python $(BIN)/python -m pytest -q -p no:cacheprovider -m "not apache"
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(DURATIONS)
+	PULSAR_BRUCE_INTAKE=python $(BIN)/python -m pytest -q -p no:cacheprovider -m "not apache" $(DURATIONS)
 
 ## apache-classpath: resolve Apache Pulsar's classpath with Maven (once; cached in ~/.cache)
 apache-classpath: $(STAMP)

@@ -392,17 +392,21 @@ def hint(args: argparse.Namespace, sock: Path) -> str:
     bin_dir = Path(python).parent
     url = service_url(args)
     read_url = "" if url == f"pulsar://{HOST}:6650" else f" --service-url {url}"
+    admin = ""
     if args.broker == "cluster":
         admins = ", ".join(f"http://{HOST}:{args.web_port + i}" for i in range(3))
         broker = (
             f"A three-broker Apache Pulsar cluster is listening on {url} (admin {admins}; "
             f"data in {Path(args.data) / 'apache-cluster'}, new each start)."
         )
+        admin = f"\n  admin:    curl -s http://{HOST}:{args.web_port}/admin/v2/brokers/bruce-cluster"
     elif args.broker == "apache":
         broker = (
             f"Apache Pulsar standalone is listening on {url} (admin http://{HOST}:"
             f"{args.web_port}; data in {Path(args.data) / 'apache-pulsar'})."
         )
+        # Tenants, namespaces, policies: docs/deploying.md#tenants-and-namespaces.
+        admin = f"\n  admin:    curl -s http://{HOST}:{args.web_port}/admin/v2/tenants"
     else:
         broker = f"pulsar-lite is listening on {url} (data in {args.data})."
     return f"""
@@ -412,7 +416,7 @@ pulsar-bruce: socket {sock}, metrics http://{HOST}:{args.metrics_port}/metrics
 In another terminal:
   send:     {bin_dir}/to_pulsar --socket-path {sock} --topic demo --value hello --key k1
   observe:  curl -s {HOST}:{args.metrics_port}/metrics | grep -E '^pulsar_bruce_(received|acked)'
-  read:     {python} {ROOT / "examples" / "read_back.py"} --topic demo{read_url}
+  read:     {python} {ROOT / "examples" / "read_back.py"} --topic demo{read_url}{admin}
 Ctrl-C stops it."""
 
 

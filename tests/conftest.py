@@ -41,6 +41,7 @@ def apache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApachePulsar]:
         yield instance
     finally:
         instance.kill()
+        instance.remove_data()
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +72,7 @@ def start_apache(tmp_path: Path) -> Iterator[Callable[..., ApachePulsar]]:
     yield start
     for instance in started:
         instance.kill()
+        instance.remove_data()
 
 
 @pytest.fixture(scope="session")
@@ -80,6 +82,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     instance.start()
     yield instance
     instance.stop()
+    instance.remove_data()
 
 
 @pytest.fixture(scope="session")
@@ -89,6 +92,7 @@ def flat_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     instance.start()
     yield instance
     instance.stop()
+    instance.remove_data()
 
 
 @pytest.fixture
@@ -98,6 +102,7 @@ def own_broker(tmp_path: Path) -> Iterator[Broker]:
     instance.start()
     yield instance
     instance.kill()
+    instance.remove_data()
 
 
 @pytest.fixture

@@ -16,10 +16,10 @@ from typing import IO, Any
 import click
 
 from pulsar_bruce import __version__
-from pulsar_bruce.config import AUTH_TOKEN_ENV, OPTIONS, Config, ConfigError, load_config
+from pulsar_bruce.config import OPTIONS, Config, ConfigError, load_config
+from pulsar_bruce.config.effective import effective_config_toml
 from pulsar_bruce.input.unix_sockets import SocketInUseError
 from pulsar_bruce.metrics.status import render_status
-from pulsar_bruce.model.schema import ProducerSchema
 from pulsar_bruce.native import INTAKE, INTAKE_CHOICE_ERROR
 from pulsar_bruce.service.logs import setup_logging
 from pulsar_bruce.service.systemd import ActivationError
@@ -181,7 +181,11 @@ def _serve(config: Config, reload: Callable[[], Config]) -> None:
 )
 @click.pass_obj
 def status(config: Config, url: str | None, as_json: bool, interval: float) -> None:
-    """Summarise a running daemon: uptime, throughput, buffered, connections, discards."""
+    """Summarise a running daemon: uptime, throughput, buffered, connections, discards.
+
+    It reads the daemon whose --metrics-listen the configuration gives (so
+    `pulsar-bruce --config FILE status` reads the one FILE configures), or --url.
+    """
     if url is None:
         if config.metrics_listen is None:
             click.echo("pulsar-bruce: error: metrics are off; pass --url", err=True)
@@ -196,7 +200,7 @@ def status(config: Config, url: str | None, as_json: bool, interval: float) -> N
     if interval > 0:
         time.sleep(interval)
         second = _fetch_status(url)
-    click.echo(render_status(second, first) if second else render_status(first))
+    click.echo(render_status(second, first, url) if second else render_status(first, None, url))
 
 
 def _fetch_status(url: str) -> dict[str, Any]:
@@ -205,7 +209,11 @@ def _fetch_status(url: str) -> dict[str, Any]:
             document: dict[str, Any] = json.load(response)
             return document
     except (OSError, ValueError) as exc:
-        click.echo(f"pulsar-bruce: error: cannot read {url}: {exc}", err=True)
+        click.echo(
+            f"pulsar-bruce: error: cannot read {url}: {exc} (another daemon: "
+            "pulsar-bruce --config FILE status, or status --url URL)",
+            err=True,
+        )
         sys.exit(1)
 
 
@@ -215,6 +223,12 @@ def spool() -> None:
 
 
 def _inspect(directory: str) -> SpoolReport:
+    """The report on ``directory``; a running daemon's is a moment's snapshot, said so."""
+    pid = daemon_using(Path(directory))
+    if pid:
+        click.echo(f"pulsar-bruce: warning: {directory} is in use by a running pulsar-bruce "
+                   f"(pid {pid}): this is a snapshot of files it is changing; stop it for a "
+                   "stable view", err=True)  # fmt: skip
     try:
         return inspect_spool(Path(directory))
     except NotASpoolDirectory as exc:
@@ -306,12 +320,12 @@ def _journal_line(report: SpoolReport) -> None:
 @click.option("--yes", is_flag=True, help="really delete the segments and the cursor")
 def spool_empty(directory: str, yes: bool) -> None:
     """Delete the segments and the cursor (never other files); needs --yes."""
-    report = _inspect(directory)
     pid = daemon_using(Path(directory))
     if pid:
         click.echo(f"pulsar-bruce: error: {directory} is in use by a running pulsar-bruce "
                    f"(pid {pid}); stop it first", err=True)  # fmt: skip
         sys.exit(1)
+    report = _inspect(directory)
     messages = _count(report.messages + report.journal.messages, "message")
     if report.corrupt and not report.lost_messages:
         messages = "at least " + messages
@@ -333,32 +347,6 @@ def spool_empty(directory: str, yes: bool) -> None:
 
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
-
-
-def effective_config_toml(config: Config) -> str:
-    """The resolved configuration, in the config file's own format."""
-    lines = []
-    for option in OPTIONS:
-        value = getattr(config, option.name)
-        if option.name == "metrics_listen":
-            text = '"off"' if value is None else f'"{value[0]}:{value[1]}"'
-        elif value is None:
-            lines.append(f"# {option.name}: not set")
-            continue
-        elif isinstance(value, bool):
-            text = "true" if value else "false"
-        elif option.name == "socket_mode":
-            text = f'"{value:04o}"'
-        elif isinstance(value, str | ProducerSchema):
-            text = json.dumps(str(value))
-        elif isinstance(value, tuple):  # a list option (encryption_keys)
-            text = json.dumps(list(value))
-        else:
-            text = repr(value)
-        lines.append(f"{option.name} = {text}")
-    if config.auth_token is not None:
-        lines.append(f"# auth token: from {AUTH_TOKEN_ENV} (not shown)")
-    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from pulsar_bruce.input.unix_sockets import open_unix_socket
 from pulsar_bruce.lifecycle.topic_manager import TopicManager
 from pulsar_bruce.metrics.http import MetricsServer
 from pulsar_bruce.metrics.registry import Metrics, SpoolGauges
+from pulsar_bruce.metrics.reject_log import RejectLog
 from pulsar_bruce.metrics.status import status_document
 from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.producer.delivery import DeliveryPolicy
@@ -48,6 +49,8 @@ from pulsar_bruce.spool.store import SpoolStore
 log = logging.getLogger(__name__)
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: How often the counts of senders' mistakes are looked at (the first one is logged this soon).
+_REJECT_CHECK_S = 1.0
 
 
 class Server:
@@ -195,6 +198,7 @@ class Server:
             self.spooler.open()
             self._spawn(self.spooler.run())
         self.topics.start()
+        self._spawn(self._log_rejects_periodically())
         if self.notifier.enabled:
             self._spawn(self._notify_periodically())
         log.info(
@@ -344,6 +348,7 @@ class Server:
             started_at=self.started_at,
             socket=self.socket_name,
             service_url=self.config.service_url,
+            config_file=self.config.config_file,
             stats=self.ledger,
             topics=self.topics.registry,
             connections=[c.address for c in self.pool.connections],
@@ -360,6 +365,15 @@ class Server:
             ledger.acked,
             ledger.discarded_total,
         )
+
+    async def _log_rejects_periodically(self) -> None:
+        """Senders' mistakes, told from here, never per message (``metrics/reject_log.py``)."""
+        rejects = RejectLog(time.monotonic(), self.ledger.discarded)
+        while True:
+            await asyncio.sleep(_REJECT_CHECK_S)
+            now, samples = time.monotonic(), self.outcomes.recent_rejects
+            for line in rejects.lines(now, self.ledger.discarded, samples):
+                log.warning("%s", line)
 
     async def _notify_periodically(self) -> None:
         """STATUS= every few seconds; WATCHDOG=1 pings from the event loop itself."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import json
+import urllib.request
 import uuid
 from collections import Counter
 
@@ -40,6 +42,10 @@ def test_any_partition_spreads_and_keeps_fields(apache: ApachePulsar, start_daem
     for message in messages:
         i = int(message.value[1:])
         assert message.key == f"k{i}" and message.event_time == 1_700_000_000_000 + i
+    # The standalone answers lookups "through the service URL" with its own address: one
+    # connection, listed once in /status.
+    with urllib.request.urlopen(f"http://127.0.0.1:{daemon.metrics_port}/status") as response:
+        assert json.load(response)["connections"] == [apache.url.removeprefix("pulsar://")]
 
 
 def test_partition_key_is_key_modulo_partitions(apache: ApachePulsar, start_daemon) -> None:

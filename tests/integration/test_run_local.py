@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import shlex
 import signal
@@ -261,6 +262,9 @@ def test_on_apache_pulsar_the_hint_round_trips_and_sigterm_stops_both(tmp_path: 
         done = subprocess.run(run.hint("read"), capture_output=True, text=True, env=env(),
                               timeout=60)  # fmt: skip
         assert (done.returncode, done.stdout, done.stderr) == (0, "key=k1 value=hello\n", "")
+        assert run.hint("admin")[-1] == f"http://127.0.0.1:{web_port}/admin/v2/tenants"
+        tenants = subprocess.run(run.hint("admin"), capture_output=True, text=True, timeout=30)
+        assert "public" in json.loads(tenants.stdout)
 
         run.process.send_signal(signal.SIGTERM)
         assert run.process.wait(90) == 0

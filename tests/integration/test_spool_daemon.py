@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.support.consume import consume
-from tests.support.processes import Broker, wait_for
+from tests.support.processes import Broker, source_env, wait_for
 
 pytestmark = pytest.mark.broker
 
@@ -156,3 +158,24 @@ def test_a_flipped_region_of_a_spool_file_is_counted_message_for_message(
     missing = set(range(sent)) - stored
     assert counters.identity_holds() and counters.received == sent
     assert len(missing) == counters.discarded["spool_damaged"] >= 2
+
+
+def test_spool_list_on_a_running_daemons_directory_warns(
+    tmp_path: Path, broker: Broker, start_daemon
+) -> None:
+    """The journal keeps a file open in the directory while the daemon runs: ``spool
+    list`` and ``check`` find it and say their view is a moment's snapshot."""
+    spool = tmp_path / "spool"
+    daemon = start_daemon(broker.url, "--spool-dir", str(spool))
+    send_numbered(daemon, f"spool-busy-{uuid.uuid4().hex[:8]}", range(10))
+    daemon.wait_settled(10)
+    for command in ("list", "check"):
+        done = subprocess.run(
+            [sys.executable, "-m", "pulsar_bruce", "spool", command, str(spool)],
+            capture_output=True, text=True, timeout=60, env=source_env(),
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.startswith(
+            f"pulsar-bruce: warning: {spool} is in use by a running pulsar-bruce "
+            f"(pid {daemon.pid}): "
+        )

@@ -10,9 +10,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from pulsar_bruce import __version__
 from pulsar_bruce.native import INTAKE
 
-from tests.support.processes import ROOT, Broker
+from tests.support.processes import ROOT, Broker, wait_for
 
 pytestmark = pytest.mark.broker
 
@@ -110,3 +111,31 @@ def test_check_config_prints_the_effective_values_which_load_back(tmp_path: Path
     effective.write_text(result.stdout)
     again = cli("--config", str(effective), "--check-config")
     assert again.returncode == 0 and again.stdout == result.stdout
+
+
+def test_status_with_config_reads_that_daemon_and_says_so(
+    broker: Broker, start_daemon, tmp_path: Path
+) -> None:
+    """``pulsar-bruce --config FILE status``: the daemon FILE configures (its metrics
+    address), named on the first line with its pid and config file; the rejected
+    datagrams' samples are shown, and the daemon has logged the mistake once."""
+    config = tmp_path / "bruce.toml"
+    config.write_text('log_level = "info"\n')
+    daemon = start_daemon(broker.url, "--config", str(config))
+    port = daemon.metrics_port  # the harness gives it on the command line; the file says so too
+    config.write_text(f'log_level = "info"\nmetrics_listen = "127.0.0.1:{port}"\n')
+    for _ in range(50):
+        daemon.send_raw(b"\x00\x00\x00\x20garbage")
+    daemon.wait_settled(50)
+    wait_for(lambda: "as malformed" in daemon.log(), 30, "the malformed datagrams to be logged")
+    result = cli("--config", str(config), "status", "--interval", "0")
+    assert result.returncode == 0, result.stderr
+    first, *rest = result.stdout.splitlines()
+    assert first.startswith(
+        f"pulsar-bruce {__version__} at http://127.0.0.1:{port}/status "
+        f"(pid {daemon.pid}, config {config}), up "
+    )
+    assert "  rejected    the last 5, first bytes in base64:" in rest
+    assert "    malformed  AAAAIGdhcmJhZ2U=" in rest
+    [line] = [x for x in daemon.log().splitlines() if "as malformed" in x]
+    assert "discarded " in line and "newest sample, first bytes in base64: AAAAIGdhcmJhZ2U=" in line

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -124,3 +125,32 @@ def test_confirm_cli_exit_codes(broker: Broker, start_daemon, tmp_path) -> None:
     assert missing.returncode == 1
     assert missing.stderr.startswith("to_pulsar: error: no daemon listening on stream socket")
     assert len(consume(broker.url, f"persistent://public/default/{topic}", 501)) == 501
+
+
+def test_confirm_cli_names_a_value_too_large_to_buffer(
+    broker: Broker, start_daemon, tmp_path
+) -> None:
+    """Past what the daemon would buffer for a record still arriving (256 KiB on), the
+    record is skipped as it comes, not the connection closed: the sender learns
+    ``too_large``, and the discard log has the topic and the value's real size."""
+    log_path = tmp_path / "discards.log"
+    daemon, stream = start(
+        start_daemon, broker, tmp_path, "--max-message-bytes", "1048576",
+        "--discard-log", str(log_path),
+    )  # fmt: skip
+    topic = f"stream-huge-{uuid.uuid4().hex[:8]}"
+    big = run_cli(
+        "--confirm", "--stream-socket-path", stream, "--topic", topic,
+        "--value-size", "3000000", "--count", "2",
+    )  # fmt: skip
+    assert (big.returncode, big.stderr) == (
+        1, "to_pulsar: error: 2 of 2 messages discarded (too_large 2)\n"
+    )  # fmt: skip
+    counters = daemon.wait_settled(2)
+    assert counters.total_discarded == counters.discarded["too_large"] == 2
+    assert counters.identity_holds()
+    lines = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert [(x["reason"], x["topic"], x["value_size"]) for x in lines] == [
+        ("too_large", topic, 3_000_000)
+    ] * 2
+    assert "stream connection closed" not in daemon.log()

@@ -94,9 +94,9 @@ def run(seed: int) -> dict[str, Any]:
     )  # fmt: skip
     refused = outcomes.refused
 
-    def record_refusal(reason: str, data: bytes, sample: bool) -> None:
+    def record_refusal(reason: str, data: bytes, sample: bool, size: int | None = None) -> None:
         trace["rejects"].append(reason)
-        refused(reason, data, sample=sample)
+        refused(reason, data, sample=sample, size=size)
 
     outcomes.refused = record_refusal  # type: ignore[method-assign]
     for name in TOPICS:

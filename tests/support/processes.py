@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -128,6 +129,15 @@ class Broker:
             self.process.kill()
             self.process.wait(10)
             self.process = None
+
+    def remove_data(self) -> None:
+        """Delete the broker's data (after kill or stop), keeping its log and config:
+        ``--db-path data`` is ``data.rocksdb`` and ``data.metadata.json``."""
+        for path in self.workdir.glob("data*"):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
     def stop(self) -> None:
         if self.process is not None:

@@ -8,8 +8,9 @@ line naming the option and the source it came from.
 
 from __future__ import annotations
 
+import difflib
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,12 @@ def load_config(
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{source}: {exc}") from None
     overrides = _topic_overrides(file_values.get("topics", {}), config_path)
-    config = Config(**values, topic_overrides=overrides, auth_token=_auth_token(environ))
+    config = Config(
+        **values,
+        topic_overrides=overrides,
+        auth_token=_auth_token(environ),
+        config_file=str(Path(config_path).resolve()) if config_path else None,
+    )
     _check_consistency(config)
     return config
 
@@ -66,8 +72,15 @@ def _read_file(path: str) -> dict[str, Any]:
         raise ConfigError(f"--config: {path} is not valid TOML: {exc}") from None
     unknown = sorted(set(data) - set(OPTIONS_BY_NAME) - {"topics"})
     if unknown:
-        raise ConfigError(f"--config: {path}: unknown key {unknown[0]!r}")
+        hint = _nearest(unknown[0], [*OPTIONS_BY_NAME, "topics"])
+        raise ConfigError(f"--config: {path}: unknown key {unknown[0]!r}{hint}")
     return data
+
+
+def _nearest(key: str, names: Iterable[str]) -> str:
+    """`` (did you mean 'NAME'?)`` for the name nearest a mistyped ``key``, if one is near."""
+    close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _topic_overrides(tables: Any, path: str | None) -> tuple[TopicOverride, ...]:
@@ -85,10 +98,13 @@ def _topic_overrides(tables: Any, path: str | None) -> tuple[TopicOverride, ...]
         values = []
         for key, raw in table.items():
             if key not in TOPIC_OPTIONS:
-                raise ConfigError(
-                    f"{where}: {key!r} cannot be set per topic (expected one of "
-                    f"{', '.join(TOPIC_OPTIONS)})"
-                )
+                known = ", ".join(TOPIC_OPTIONS)
+                if key in OPTIONS_BY_NAME:
+                    problem = f"{key!r} cannot be set per topic (per-topic keys: {known})"
+                else:
+                    hint = _nearest(key, TOPIC_OPTIONS) or f" (per-topic keys: {known})"
+                    problem = f"unknown key {key!r}{hint}"
+                raise ConfigError(f"{where}: {problem}")
             try:
                 values.append((key, OPTIONS_BY_NAME[key].parse(raw)))
             except (ValueError, TypeError) as exc:

@@ -230,6 +230,8 @@ class Config(TopicSettings, _ProcessOptions):
     topic_overrides: tuple[TopicOverride, ...] = ()
     #: A Secret, so no repr or log line shows it.
     auth_token: Secret | None = None
+    #: The file the configuration was read from (``--config``), for ``/status``.
+    config_file: str | None = None
 
     def topic_settings(self, topic: str) -> TopicSettings:
         """The options for ``topic`` (a full name): an exact override wins over the first

@@ -118,7 +118,7 @@ class ConnectionPool:
         """Where to reach the broker a CloseProducer assigned: directly, or through the same
         proxy when the producer was proxied (as the Java client's ``grabCnx`` does)."""
         if previous is not None and previous.proxy_to is not None:
-            return BrokerAddress(previous.url, proxy_to=_host_port(url))
+            return _through(previous.url, url)
         return BrokerAddress(url)
 
     async def get(self, address: BrokerAddress) -> BrokerConnection:
@@ -220,7 +220,7 @@ class ConnectionPool:
             if not broker_url:
                 raise TopicLookupError(f"lookup of {topic}: broker sent no service URL")
             found = (
-                BrokerAddress(service.url, proxy_to=_host_port(broker_url))
+                _through(service.url, broker_url)
                 if answer.proxy_through_service_url
                 else BrokerAddress(broker_url)
             )
@@ -229,6 +229,17 @@ class ConnectionPool:
             authoritative = answer.authoritative
             target = found
         raise TopicLookupError(f"lookup of {topic}: more than {MAX_REDIRECTS} redirects")
+
+
+def _through(proxy_url: str, broker_url: str) -> BrokerAddress:
+    """``broker_url`` reached through ``proxy_url``; directly when they are the same
+    address (a standalone broker answers lookups with "through the service URL" and its
+    own address), so one connection serves both, as the Java client's
+    ``ConnectionPool.createConnection`` names a target broker only when they differ."""
+    target = _host_port(broker_url)
+    if _host_port(proxy_url) == target:
+        return BrokerAddress(proxy_url)
+    return BrokerAddress(proxy_url, proxy_to=target)
 
 
 def _host_port(url: str) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from pulsar_bruce import reasons
 from pulsar_bruce.input.stream_session import (
     API_KEY_FLUSH_REQUEST,
     FramingError,
@@ -49,7 +50,9 @@ class StreamIntake(Protocol):
         self, records: list[bytes], start: int, tag: Confirmation, stop_api_key: int, /
     ) -> int: ...
 
-    def refuse_record(self, reason: str, head: bytes, /) -> None: ...
+    def refuse_record(
+        self, reason: str, head: bytes, size: int, tag: Confirmation | None, /
+    ) -> None: ...
 
 
 class SequencedStream(Protocol):
@@ -59,6 +62,10 @@ class SequencedStream(Protocol):
     def admit_records(
         self, records: list[bytes], start: int, tag: Confirmation, stop_api_key: int, /
     ) -> int: ...
+
+    def refuse_record(
+        self, reason: str, head: bytes, size: int, tag: Confirmation | None, /
+    ) -> None: ...
 
     def end(self) -> None: ...
 
@@ -110,9 +117,22 @@ class StreamConnection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        self.session.feed(data)
+        session = self.session
+        session.feed(data)
+        if session.skipped:
+            self._refuse_skipped()
         if not (self._full or self._write_blocked):
             self._process()
+
+    def _refuse_skipped(self) -> None:
+        """Records too large to take, skipped as they came: each one discarded as
+        ``too_large`` in order, so the next flush tells the sender."""
+        session = self.session
+        refuse = (self.sequenced or self.intake).refuse_record
+        for head, size in session.skipped:
+            refuse(reasons.TOO_LARGE, head, size, session.current)
+        session.skipped.clear()
+        self._after_records()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -185,7 +205,14 @@ class StreamConnection(asyncio.Protocol):
             if full and self._retry is None:
                 self._retry = self._loop.call_later(_RETRY_S, self._retry_now)
         except RecordRefused as exc:
-            self.intake.refuse_record(exc.reason, session.head())
+            if exc.reason == reasons.TOO_LARGE:
+                session.skip_record(exc.size)  # the sender learns it at its next flush
+                self._full = False  # everything before it was taken
+                self._update_reading()
+                self._after_records()
+                self._write_responses()
+                return
+            self.intake.refuse_record(exc.reason, session.head(), exc.size, None)
             log.warning(
                 "stream connection closed: %s (--max-message-bytes %d, --buffer-max-bytes %s)",
                 exc,

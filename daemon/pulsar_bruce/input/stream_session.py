@@ -41,6 +41,9 @@ _COUNT = struct.Struct(">q")
 #: A record still arriving is reserved memory from this size on; a smaller one is bounded by
 #: what one read brings (asyncio reads at most 256 KiB) times the connection cap.
 RESERVE_FROM: Final = 256 * 1024
+#: Of a record skipped as it arrives, the first bytes kept: its topic and key for the
+#: discard evidence (a longer header is cut; the value's prefix is all the log shows).
+SKIP_HEAD_KEPT: Final = 64 * 1024
 
 
 class FramingError(Exception):
@@ -49,7 +52,8 @@ class FramingError(Exception):
 
 class RecordRefused(FramingError):
     """A record refused at its header (``reason``: too_large, buffer_full): buffering it
-    could exceed the memory limit, so the connection is closed before it arrives."""
+    could exceed the memory limit.  A too_large one is skipped as it arrives
+    (:meth:`StreamSession.skip_record`); for buffer_full the connection is closed."""
 
     def __init__(self, reason: str, size: int):
         super().__init__(f"a record of {size} bytes is refused as {reason}")
@@ -138,12 +142,43 @@ class StreamSession:
         #: Confirmation of the records since the last flush request.
         self.current = Confirmation(on_settled)
         self._flushes: deque[Confirmation] = deque()
+        #: The record being skipped: bytes still to come, its first bytes, its size.
+        self._skip_left = 0
+        self._skip_head = bytearray()
+        self._skip_size = 0
+        #: Records skipped to their end since the edge last looked: (first bytes, size).
+        self.skipped: list[tuple[bytes, int]] = []
+
+    def skip_record(self, size: int) -> None:
+        """Drop the record at the head of the buffer, which is still arriving and declares
+        ``size`` bytes, as its bytes come (kept: its first :data:`SKIP_HEAD_KEPT`); once it
+        has all come it is in :attr:`skipped`, and the records after it are read as ever."""
+        start = self._offset
+        self._skip_head = bytearray(self._buffer[start : start + SKIP_HEAD_KEPT])
+        self._skip_size = size
+        self._skip_left = size - self.buffered_bytes
+        self.clear()
 
     def feed(self, data: bytes) -> None:
+        if self._skip_left:
+            data = self._skipping(data)
         if self._offset:
             del self._buffer[: self._offset]
             self._offset = 0
         self._buffer += data
+
+    def _skipping(self, data: bytes) -> bytes:
+        """What of ``data`` follows the record being skipped."""
+        taken = min(self._skip_left, len(data))
+        room = SKIP_HEAD_KEPT - len(self._skip_head)
+        if room > 0:
+            self._skip_head += data[: min(taken, room)]
+        self._skip_left -= taken
+        if self._skip_left:
+            return b""
+        self.skipped.append((bytes(self._skip_head), self._skip_size))
+        self._skip_head = bytearray()
+        return data[taken:]
 
     def complete_records(self) -> list[bytes]:
         """The complete records buffered now, oldest first (each stays until :meth:`consume`).

@@ -7,6 +7,7 @@ path).  Secrets never appear here: only names, counts and addresses.
 from __future__ import annotations
 
 import base64
+import os
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -18,6 +19,8 @@ from pulsar_bruce.route.router import Topic
 
 #: Topics listed in ``/status``, busiest (most buffered) first.
 STATUS_TOPIC_LIMIT = 50
+#: Rejected datagrams' samples ``pulsar-bruce status`` shows, newest last.
+REJECTS_SHOWN = 5
 
 
 def status_document(
@@ -25,6 +28,7 @@ def status_document(
     started_at: float,
     socket: str,
     service_url: str,
+    config_file: str | None = None,
     stats: Ledger,
     topics: Iterable[Topic],
     connections: Iterable[str],
@@ -49,6 +53,8 @@ def status_document(
         "version": __version__,
         "intake": INTAKE,
         "uptime_s": round(time.time() - started_at, 3),
+        "pid": os.getpid(),
+        "config_file": config_file,
         "socket": socket,
         "service_url": service_url,
         "received": stats.received,
@@ -69,11 +75,19 @@ def status_document(
     }
 
 
-def render_status(doc: dict[str, Any], previous: dict[str, Any] | None = None) -> str:
-    """A readable summary of a status document (``pulsar-bruce status``)."""
+def render_status(
+    doc: dict[str, Any], previous: dict[str, Any] | None = None, url: str | None = None
+) -> str:
+    """A readable summary of a status document (``pulsar-bruce status``); the first line
+    says which daemon it is (``url``: where it was read, its pid and config file)."""
     uptime = float(doc["uptime_s"])
+    where = [f"pid {doc['pid']}"] if "pid" in doc else []
+    if "config_file" in doc:
+        where.append(f"config {doc['config_file'] or 'none (options and environment only)'}")
+    read_at = f" at {url}" if url else ""
+    detail = f" ({', '.join(where)})" if where else ""
     lines = [
-        f"pulsar-bruce {doc['version']}, up {_duration(uptime)}",
+        f"pulsar-bruce {doc['version']}{read_at}{detail}, up {_duration(uptime)}",
         f"  socket      {doc['socket']}",
         f"  brokers     {doc['service_url']} ({len(doc['connections'])} connections)",
         f"  received    {doc['received']:,}",
@@ -93,6 +107,11 @@ def render_status(doc: dict[str, Any], previous: dict[str, Any] | None = None) -
         lines.append("  discarded   " + ", ".join(f"{r} {n:,}" for r, n in discarded[:5]))
     else:
         lines.append("  discarded   none")
+    rejects = doc.get("recent_rejects") or []
+    if rejects:
+        shown = rejects[-REJECTS_SHOWN:]
+        lines.append(f"  rejected    the last {len(shown)}, first bytes in base64:")
+        lines.extend(f"    {row['reason']}  {row['datagram_prefix_b64']}" for row in shown)
     if doc["topics"]:
         lines.append(f"  topics ({doc['topic_count']}):")
         for row in doc["topics"][:10]:

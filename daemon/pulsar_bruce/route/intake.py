@@ -153,9 +153,12 @@ class Intake:
         """Admit ``records[start:]``, each tagged ``tag`` (see :func:`admit_each`)."""
         return admit_each(self.admit_py, records, start, tag, stop_api_key)
 
-    def refuse_record(self, reason: str, head: bytes, /) -> None:
-        """A stream record refused at its header (its connection is closed): counted once."""
-        self.refuse_message(reason, head, None)
+    def refuse_record(
+        self, reason: str, head: bytes, size: int, tag: Confirmation | None, /
+    ) -> None:
+        """A stream record refused as it arrived, never held whole (``head``: its first
+        bytes, ``size``: all of it): counted once, told to its sender through ``tag``."""
+        self.refuse_message(reason, head, tag, size=size)
 
     def refuse_message(
         self,
@@ -163,12 +166,15 @@ class Intake:
         data: bytes,
         confirmation: Confirmation | None,
         topic: Topic | None = None,
+        *,
+        size: int | None = None,
     ) -> bool:
-        """A message refused at the door: counted, sampled, told to its stream client."""
+        """A message refused at the door: counted, sampled, told to its stream client
+        (``size``: the whole record's, when ``data`` is only its start)."""
         self.ledger.reject(reason, topic.stats if topic is not None else None)
         if confirmation is not None:
             confirmation.discard(reason)
-        self.outcomes.refused(reason, data, sample=topic is None)
+        self.outcomes.refused(reason, data, sample=topic is None, size=size)
         return True
 
     # -- the spool (Replayer) ----------------------------------------------------------------

@@ -30,7 +30,7 @@ REJECT_SAMPLE_BYTES = 64
 class Evidence(Protocol):
     """A record of each message given up or possibly duplicated (``--discard-log``)."""
 
-    def datagram(self, reason: str, data: bytes) -> None: ...
+    def datagram(self, reason: str, data: bytes, size: int | None = None) -> None: ...
 
     def batch(self, reason: str, topic: str, batch: SealedBatch) -> None: ...
 
@@ -65,13 +65,19 @@ class Outcomes:
     def for_topic(self, topic: Topic) -> TopicDelivery:
         return TopicDelivery(self, topic)
 
-    def refused(self, reason: str, data: bytes, *, sample: bool) -> None:
-        """Evidence of a message refused at the door (the ledger has counted it)."""
+    def refused(
+        self, reason: str, data: bytes, *, sample: bool, size: int | None = None
+    ) -> None:
+        """Evidence of a message refused at the door (the ledger has counted it);
+        ``size``: the whole record's, when ``data`` is only its first bytes."""
         if sample:
             self.recent_rejects.append((reason, data[:REJECT_SAMPLE_BYTES]))
         if self.evidence is not None:
             try:
-                self.evidence.datagram(reason, data)
+                if size is None:
+                    self.evidence.datagram(reason, data)
+                else:
+                    self.evidence.datagram(reason, data, size)
             except Exception:  # evidence is best effort; the accounting is not
                 log.exception("discard log: cannot write a %s datagram", reason)
 

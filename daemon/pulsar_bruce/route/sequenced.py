@@ -111,6 +111,14 @@ class SequencedSender:
         self.position += 1
         return True
 
+    def refuse_record(
+        self, reason: str, head: bytes, size: int, tag: Confirmation | None, /
+    ) -> None:
+        """A record refused as it arrived (too large to take): it still takes its place
+        in the round-robin, as any refused record does."""
+        self.position += 1
+        self.intake.refuse_record(reason, head, size, tag)
+
     def end(self) -> None:
         """The connection is gone (or switched to another name): what it sent is still
         delivered; then its producers are closed on the broker."""

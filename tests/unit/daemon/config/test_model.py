@@ -17,7 +17,7 @@ from pulsar_bruce.config import (
 from tests.unit.daemon.config.helpers import NO_ENV, NO_FLAGS
 
 #: Config fields that are not options: from [topics."..."] tables and $PULSAR_BRUCE_AUTH_TOKEN.
-NOT_OPTIONS = ("topic_overrides", "auth_token")
+NOT_OPTIONS = ("topic_overrides", "auth_token", "config_file")
 
 
 # -- one declaration per option ------------------------------------------------------------------

@@ -161,6 +161,29 @@ def test_proxy_through_service_url_connects_to_the_service_with_a_proxy_target(
     assert (connection.host, connection.port, connection.proxy_to) == ("svc", 6650, "owner:6651")
 
 
+def test_proxy_through_the_service_url_to_itself_is_the_lookup_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Apache Pulsar standalone answers "through the service URL" with its own address:
+    the producer shares the lookup's connection, with no proxy target (the Java client's
+    ``ConnectionPool.createConnection`` sets one only when the two differ)."""
+    brokers = Brokers(monkeypatch)
+    brokers.scripts["svc:6650"] = lookup_answer("pulsar://svc:6650", proxy=True)
+    pool = ConnectionPool("pulsar://svc:6650")
+
+    async def lookup_and_connect() -> Any:
+        address = await pool.lookup("t")
+        assert address == BrokerAddress("pulsar://svc:6650")
+        return await pool.get(address)
+
+    connection = run(lookup_and_connect())
+    assert connection.proxy_to is None and brokers.opened == [connection]
+    assigned = pool.assigned_address(
+        "pulsar://svc:6650", BrokerAddress("pulsar://svc:6650", proxy_to="old:6650")
+    )
+    assert assigned == BrokerAddress("pulsar://svc:6650")
+
+
 def test_too_many_redirects_fail_the_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
     brokers = Brokers(monkeypatch)
     brokers.scripts["svc:6650"] = lookup_answer("pulsar://svc:6650", _Lookup.Redirect)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pulsar_bruce import reasons
 from pulsar_bruce.input.stream_server import StreamConnection, StreamServer
-from pulsar_bruce.input.stream_session import RecordBudget
+from pulsar_bruce.input.stream_session import SKIP_HEAD_KEPT, RecordBudget
 from pulsar_bruce.model.confirmation import Confirmation
 from pulsar_bruce.route.intake import admit_each
 from to_pulsar.encoding import encode_any_partition
@@ -36,10 +36,14 @@ class FakeIntake:
         self.offers = 0
         self.admitted: list[tuple[bytes, Confirmation | None]] = []
 
-        self.refused: list[tuple[str, bytes]] = []
+        self.refused: list[tuple[str, bytes, int]] = []
 
-    def refuse_record(self, reason: str, head: bytes) -> None:
-        self.refused.append((reason, head))
+    def refuse_record(
+        self, reason: str, head: bytes, size: int, tag: Confirmation | None, /
+    ) -> None:
+        self.refused.append((reason, head, size))
+        if tag is not None:
+            tag.discard(reason)
 
     def admit(self, data: bytes, confirmation: Confirmation | None = None) -> bool:
         self.offers += 1
@@ -347,17 +351,62 @@ def budget_of(rig: Rig, buffer_max_bytes: int, buffered: int = 0) -> RecordBudge
     )
 
 
-def test_a_record_over_max_message_bytes_is_refused_at_its_header() -> None:
+def test_a_record_over_max_message_bytes_is_skipped_and_told_at_the_next_flush() -> None:
+    """Not buffered (not a byte of it beyond its first ones), not a closed connection: the
+    sender's flush says ``too_large``, and the records after it are taken as ever."""
+
     async def test() -> None:
         rig = Rig()
         rig.connection = StreamConnection(rig.intake, lambda: None, budget_of(rig, 1 << 20))
         rig.connection.connection_made(rig.transport)
-        header = struct.pack(">ihh", 4096, 0, 0)  # 4096 > max_message_bytes 1024
-        rig.connection.data_received(record(b"v1") + header + b"x" * 100)
+        big = record(b"x" * 4000)  # > max_message_bytes 1024
+        rig.connection.data_received(record(b"v1") + big[:100])
         assert rig.intake.values == [b"v1"]
-        assert rig.intake.refused == [(reasons.TOO_LARGE, header + b"x" * 56)]
-        assert rig.transport.calls == ["close"]
         assert rig.connection.session.buffered_bytes == 0  # nothing kept for it
+        rig.connection.data_received(big[100:3000])
+        assert rig.intake.refused == [] and rig.connection.session.buffered_bytes == 0
+        rig.connection.data_received(big[3000:] + record(b"v2") + encode_flush_request(9))
+        assert rig.intake.refused == [(reasons.TOO_LARGE, big, len(big))]
+        assert rig.intake.values == [b"v1", b"v2"]
+        rig.intake.settle(0)
+        rig.intake.settle(1)
+        await until(lambda: rig.transport.written, "the flush response")
+        assert responses(rig.transport) == [(9, FlushResult(2, {reasons.TOO_LARGE: 1}))]
+        assert "close" not in rig.transport.calls
+
+    run(test)
+
+
+def test_a_record_skipped_after_a_pause_for_memory_lets_reading_resume() -> None:
+    async def test() -> None:
+        rig = Rig()
+        rig.connection = StreamConnection(rig.intake, lambda: None, budget_of(rig, 1 << 20))
+        rig.connection.connection_made(rig.transport)
+        rig.intake.accepting = False
+        big = record(b"x" * 4000)
+        rig.connection.data_received(record(b"v1") + big[:100])
+        assert rig.transport.calls == ["pause_reading"]
+        rig.intake.accepting = True  # the retry takes v1, then meets the big record's head
+        await until(lambda: rig.intake.values == [b"v1"], "v1 to be taken")
+        assert rig.transport.calls == ["pause_reading", "resume_reading"]
+        rig.connection.data_received(big[100:] + record(b"v2"))
+        assert rig.intake.refused == [(reasons.TOO_LARGE, big, len(big))]
+        assert rig.intake.values == [b"v1", b"v2"]
+
+    run(test)
+
+
+def test_a_skipped_record_keeps_only_its_first_bytes() -> None:
+    async def test() -> None:
+        rig = Rig()
+        rig.intake.max_message_bytes = 100_000
+        rig.connection = StreamConnection(rig.intake, lambda: None, budget_of(rig, 1 << 30))
+        rig.connection.connection_made(rig.transport)
+        big = record(b"y" * 300_000)
+        for start in range(0, len(big), 7000):
+            rig.connection.data_received(big[start : start + 7000])
+        [(reason, head, size)] = rig.intake.refused
+        assert (reason, head, size) == (reasons.TOO_LARGE, big[:SKIP_HEAD_KEPT], len(big))
 
     run(test)
 
@@ -375,7 +424,7 @@ def test_records_still_arriving_cannot_reserve_more_than_the_buffer() -> None:
         first.connection.data_received(big[:200])
         assert budget.reserved == len(big) and first.transport.calls == []
         second.connection.data_received(big[:200])  # 6000 more do not fit 10000 - 1000 - 6000
-        assert second.intake.refused == [(reasons.BUFFER_FULL, big[:64])]
+        assert second.intake.refused == [(reasons.BUFFER_FULL, big[:64], len(big))]
         assert second.transport.calls == ["close"]
         first.connection.data_received(big[200:])  # complete: taken, its reservation released
         assert first.intake.values == [b"vv"] and budget.reserved == 0

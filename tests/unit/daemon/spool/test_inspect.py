@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from pulsar_bruce.cli import main
 from pulsar_bruce.spool import records
@@ -193,3 +194,21 @@ def test_empty_refuses_a_directory_in_use(tmp_path: Path, monkeypatch) -> None: 
     code, out, err = run("spool", "empty", str(tmp_path), "--yes")
     assert code == 1 and out == "" and err.count("\n") == 1 and "(pid 4242)" in err
     assert len(list(tmp_path.iterdir())) == 2
+
+
+@pytest.mark.parametrize("command", ["list", "check"])
+def test_list_and_check_warn_on_a_directory_in_use(
+    tmp_path: Path,
+    monkeypatch,
+    command: str,  # type: ignore[no-untyped-def]
+) -> None:
+    spooled(tmp_path)
+    monkeypatch.setattr("pulsar_bruce.cli.daemon_using", lambda directory: 4242)
+    code, out, err = run("spool", command, str(tmp_path))
+    assert code == 0 and out
+    assert err == (
+        f"pulsar-bruce: warning: {tmp_path} is in use by a running pulsar-bruce (pid 4242): "
+        "this is a snapshot of files it is changing; stop it for a stable view\n"
+    )
+    monkeypatch.setattr("pulsar_bruce.cli.daemon_using", lambda directory: 0)
+    assert run("spool", command, str(tmp_path))[2] == ""

@@ -1,0 +1,24 @@
+"""Senders' mistakes are logged at most once per reason and minute, from counts."""
+
+from __future__ import annotations
+
+from pulsar_bruce.metrics.reject_log import INTERVAL_S, RejectLog
+
+
+def test_the_first_mistake_is_told_at_the_next_look_then_at_most_once_a_minute() -> None:
+    counts = {"malformed": 0, "bad_topic": 2, "buffer_full": 0}
+    log = RejectLog(100.0, counts)  # bad_topic 2: before this run's log, not told again
+    assert log.lines(101.0, counts, []) == []
+    counts["malformed"] = 1
+    [line] = log.lines(102.0, counts, [("malformed", b"\x00\x00\x00\x20junk")])
+    assert line.startswith("discarded 1 message as malformed in the last 2 s")
+    assert line.endswith("newest sample, first bytes in base64: AAAAIGp1bms=")
+    counts["malformed"] = 5000
+    counts["buffer_full"] = 7  # not a sender's mistake: not this log's
+    assert log.lines(103.0, counts, []) == []  # within the minute: counted, not logged
+    assert log.lines(102.0 + INTERVAL_S - 1, counts, []) == []
+    [line] = log.lines(102.0 + INTERVAL_S, counts, [])
+    assert line.startswith(f"discarded 4999 messages as malformed in the last {INTERVAL_S:.0f} s")
+    counts["bad_topic"] = 3
+    [line] = log.lines(102.0 + INTERVAL_S + 1, counts, [])  # each reason has its own minute
+    assert "1 message as bad_topic" in line
