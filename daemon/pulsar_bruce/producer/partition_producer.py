@@ -321,14 +321,39 @@ class PartitionProducer:
         index = self._in_flight_index(sequence_id)
         return None if index is None else self._remove_in_flight(index)
 
+    def resend_in_halves(self, batch: SealedBatch, halves: list[SealedBatch]) -> bool:
+        """The broker refused the in-flight ``batch`` (over the topic's size limit): remove
+        it and queue ``halves`` (its messages, under their ids) in its place; False when they
+        cannot be sent (none, or see below) and ``batch`` is to be discarded.
+
+        Nothing of ``batch`` was stored (the size check comes before deduplication,
+        ``PersistentTopic.publishMessage``), but batches written after it may be, and
+        the broker would then take lower ids for duplicates.  So the halves keep the
+        ids when ``batch`` was the last written; otherwise our own name's halves are
+        numbered afresh (like a new batch), and a sender's, whose ids are its own, cannot
+        be sent (the Java client fails such a batch: ``recoverNotAllowedError``).
+        """
+        index = self._in_flight_index(batch.sequence_id)
+        assert index is not None
+        last = index == self.in_flight - 1
+        self._remove_in_flight(index)
+        if not halves or (not last and self.exactly_once):
+            return False
+        if not last:
+            for half in halves:
+                half.sequence_id, half.producer_name = -1, ""
+            self.pending.extend(halves)
+        else:
+            self.pending.insert(index, halves[1])
+            self.pending.insert(index, halves[0])
+        return True
+
     def _in_flight_index(self, sequence_id: int) -> int | None:
         pending = self.pending
         for index in range(self.in_flight):
             batch = pending[index]
             if batch.sequence_id <= sequence_id <= batch.highest_sequence_id:
                 return index
-            if sequence_id < batch.sequence_id:
-                return None  # ids rise along the queue
         return None
 
     def _remove_in_flight(self, index: int) -> SealedBatch:

@@ -163,8 +163,9 @@ def keep_sequence_ids(producer: PartitionProducer, batch: SealedBatch) -> None:
     ``last_sequence_id``, so an id below it is one the broker has, and the replay
     keeps it even when it is queued after this run's batches); a replay whose ids
     reach into this run's was never stored, and is numbered afresh, like a new
-    batch.  A kept batch goes before the batches not numbered yet, and the
-    producer's next ids start after it.
+    batch.  A kept batch goes before the batches not numbered yet and the unsent ones
+    numbered after it (a journal replays the halves of a batch split at its first send
+    after batches journalled before them), and the producer's next ids start after it.
     """
     pending = producer.pending
     taken = producer.issued_from >= 0 and (
@@ -176,7 +177,9 @@ def keep_sequence_ids(producer: PartitionProducer, batch: SealedBatch) -> None:
         pending.append(batch)
         return
     index = len(pending)
-    while index > producer.in_flight and pending[index - 1].sequence_id < 0:
-        index -= 1  # not numbered yet: they get ids after this batch, so go after it
+    while index > producer.in_flight and (
+        pending[index - 1].sequence_id < 0 or pending[index - 1].sequence_id > batch.sequence_id
+    ):
+        index -= 1  # not numbered yet, or numbered after it: ids rise along the queue
     pending.insert(index, batch)
     producer.next_sequence_id = max(producer.next_sequence_id, batch.highest_sequence_id + 1)
