@@ -343,8 +343,6 @@ class ProducerDriver(BrokerAnswers):
                 connection.core.max_message_size,
             )
             self.listener.batch_discarded(batch, reason)
-        for batch in out.already_stored:
-            self.listener.batch_already_stored(batch)
         now = time.monotonic()
         for batch in out.batches:
             batch.sent_at = now

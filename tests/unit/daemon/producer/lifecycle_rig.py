@@ -40,6 +40,14 @@ def values_of(batch: SealedBatch) -> list[bytes]:
     return values_in(batch.payload if batch.payload or not batch.frame else batch_entries_of(batch))
 
 
+def send_error(sequence_id: int, error: int, message: str) -> pb.BaseCommand:
+    """A ``SendError`` as the Java broker writes it (naming the batch's highest id)."""
+    failed = pb.CommandSendError(
+        producer_id=PRODUCER_ID, sequence_id=sequence_id, error=error, message=message
+    )
+    return pb.BaseCommand(type=pb.BaseCommand.SEND_ERROR, send_error=failed)
+
+
 class Outcomes:
     """The daemon's side of the count: what it reported acked and discarded, per message."""
 
@@ -78,6 +86,8 @@ class Broker:
         self.stored: Counter[bytes] = Counter()
         #: (sequence id, highest sequence id) of every Send stored, in order.
         self.stored_ids: list[tuple[int, int]] = []
+        #: The sequence id each message was stored under (its entry's own).
+        self.id_of: dict[bytes, int] = {}
         #: Sends written and not yet processed, in order.
         self.queue: list[Frame] = []
         #: The topic's own max message size (``PersistentTopic.isExceedMaximumMessageSize``).
@@ -92,27 +102,39 @@ class Broker:
         top = self.last_sequence_id() + ids
         self.dedup.written(Publish(TOPIC, NAME, top, top))
 
-    def process(self) -> pb.BaseCommand | None:
+    def fail(self) -> list[pb.BaseCommand]:
+        """A write fails (``PersistentTopic.addFailed``): the topic is fenced so nothing is
+        persisted out of order, every Send written fails, and once they have, the ids
+        pushed but not persisted are forgotten (``resetHighestSequenceIdPushed``)."""
+        answers = []
+        for frame in self.queue:
+            send = frame.command.send
+            highest = max(send.sequence_id, send.highest_sequence_id)
+            answers.append(send_error(highest, pb.PersistenceError, "topic fenced"))
+        self.queue.clear()
+        self.dedup.reset_pushed()
+        return answers
+
+    def process(self) -> pb.BaseCommand:
         """Judge and (maybe) store the oldest Send written; the answer the client gets."""
         frame = self.queue.pop(0)
         send = frame.command.send
         highest = max(send.sequence_id, send.highest_sequence_id)
         if len(frame.payload) > self.topic_limit:
-            return pb.BaseCommand(type=pb.BaseCommand.SEND_ERROR, send_error=pb.CommandSendError(
-                producer_id=PRODUCER_ID, sequence_id=highest, error=pb.NotAllowedError,
-                message=TOPIC_SIZE_TEXT))  # fmt: skip
+            return send_error(highest, pb.NotAllowedError, TOPIC_SIZE_TEXT)
         status = self.dedup.is_duplicate(Publish.of(TOPIC, NAME, frame))
         if status is DupStatus.UNKNOWN:
-            return pb.BaseCommand(type=pb.BaseCommand.SEND_ERROR, send_error=pb.CommandSendError(
-                producer_id=PRODUCER_ID, sequence_id=highest, error=pb.PersistenceError,
-                message="cannot determine whether the message is a duplicate"))  # fmt: skip
+            return send_error(highest, pb.PersistenceError, "duplicate status unknown")
         ledger = entry = NOT_STORED
         if status is DupStatus.NOT_DUP:
             self.dedup.persisted(Publish.of(TOPIC, NAME, frame))
             assert frame.metadata is not None
             md = frame.metadata
             raw = decompress(md.compression, frame.payload, md.uncompressed_size)
-            self.stored.update(values_in(raw))
+            values = values_in(raw)
+            self.stored.update(values)
+            for offset, stored in enumerate(values):
+                self.id_of[stored] = send.sequence_id + offset
             self.stored_ids.append((send.sequence_id, send.highest_sequence_id))
             self._entry += 1
             ledger, entry = 1, self._entry
@@ -180,12 +202,11 @@ class Process(BrokerAnswers):
         out = producer.frames_to_send(1, self.max_frame)
         for batch, reason in out.rejected:
             self.listener.batch_discarded(batch, reason)
-        for batch in out.already_stored:
-            self.listener.batch_already_stored(batch)
         self.journal.sent(producer, out.batches)
         decoder = FrameDecoder()
         for frame in out.frames:
             self.broker.queue.extend(decoder.feed(frame))
+        producer.check()
 
     def _recreate(self, reason: str, failed: SealedBatch | None = None) -> None:
         """Re-created on its connection: the broker answers what was written first."""
@@ -195,14 +216,20 @@ class Process(BrokerAnswers):
             self.connected = False
 
     def answer(self) -> None:
-        """The broker processes the oldest Send written, and the daemon reads its answer."""
-        command = self.broker.process()
-        if command is None:
-            return
+        """The broker processes the oldest Send written; the daemon reads its answer."""
+        self._read(self.broker.process())
+
+    def fail_writes(self) -> None:
+        """The broker fails every Send written (a failed write fences the topic)."""
+        for command in self.broker.fail():
+            self._read(command)
+
+    def _read(self, command: pb.BaseCommand) -> None:
         if command.type == pb.BaseCommand.SEND_RECEIPT:
             self.on_receipt(command.send_receipt)
         else:
             self.on_send_error(command.send_error)
+        self.producer.check()
 
     def drop_connection(self, processed: int) -> None:
         """The connection is lost: the broker processed ``processed`` more Sends (their

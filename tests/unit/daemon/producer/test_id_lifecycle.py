@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.unit.daemon.producer.lifecycle_rig import Broker, Outcomes, Process
+from tests.support.fake_dedup import Publish
+from tests.unit.daemon.producer.lifecycle_rig import NAME, TOPIC, Broker, Outcomes, Process
 
 VALUE = 200  # bytes per message value
 
@@ -93,7 +94,8 @@ def test_topic_size_halves_behind_a_stored_batch_are_renumbered_or_discarded(
     for exactly_once in (False, True):
         outcomes, broker = Outcomes(), Broker()
         process = Process(tmp_path / str(exactly_once), outcomes, broker)
-        process.producer.exactly_once = exactly_once
+        if exactly_once:
+            process.producer.publish_as(NAME, 0)
         process.add(*(value(n) for n in range(10)))
         process.seal()
         process.add(*(value(n) for n in range(10, 12)))
@@ -108,3 +110,21 @@ def test_topic_size_halves_behind_a_stored_batch_are_renumbered_or_discarded(
         else:
             assert broker.stored_ids == [(10, 11), (12, 16), (17, 21)]
             stored_once(outcomes, broker, 12)
+
+
+def test_a_retry_sends_what_the_broker_has_pushed_and_lets_it_answer(tmp_path: Path) -> None:
+    """A sender's retry registers while the first attempt's write of ids 0..9 is pushed but
+    not persisted (``last_sequence_id`` 9), and that write then fails
+    (``resetHighestSequenceIdPushed``): the retry sends 0..9 anyway and they are stored,
+    never reported stored unsent (issue 29, point 5)."""
+    outcomes, broker = Outcomes(), Broker()
+    broker.dedup.written(Publish(TOPIC, NAME, 0, 9), slow=True)
+    process = Process(tmp_path, outcomes, broker)
+    process.producer.publish_as(NAME, 0)
+    process.add(*(value(n) for n in range(10)))
+    process.seal()
+    process.connect()
+    assert broker.last_sequence_id() == 9
+    broker.dedup.reset_pushed()  # the first attempt's write failed
+    process.settle_all()
+    stored_once(outcomes, broker, 10)

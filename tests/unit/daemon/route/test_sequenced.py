@@ -34,8 +34,7 @@ class SequencedHarness(Harness):
         self._ids += 1
         producer = PartitionProducer(f"{topic.name}-partition-{partition}", partition, self._ids,
                                      self.batch_policy)  # fmt: skip
-        producer.name, producer.exactly_once = name, True
-        producer.next_sequence_id = first_sequence_id
+        producer.publish_as(name, first_sequence_id)
         topic.sequenced.append(producer)
         return producer
 
