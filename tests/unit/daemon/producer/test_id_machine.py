@@ -35,10 +35,16 @@ from tests.unit.daemon.producer.lifecycle_rig import (
 
 #: Bytes per message value: about 210 bytes per batch entry.
 VALUE = 200
-#: Frame sizes that cut batches of more than about 7 and 23 messages at their first send.
-FRAME_LIMITS = (DEFAULT_MAX_MESSAGE_SIZE, SEND_FRAME_OVERHEAD + 1500, SEND_FRAME_OVERHEAD + 5000)
-#: Topic size limits (of a Send's payload): none, 2-6 messages, not even one.
-TOPIC_LIMITS = (1 << 30, 1400, 500, 150)
+#: The broker's max message size: batches of more than about 7 (twice as often: so that
+#: halves are split again) and 14 messages are cut at their first send; none.
+FRAME_LIMITS = (
+    SEND_FRAME_OVERHEAD + 1500,
+    SEND_FRAME_OVERHEAD + 1500,
+    SEND_FRAME_OVERHEAD + 3000,
+    DEFAULT_MAX_MESSAGE_SIZE,
+)
+#: Topic size limits (of a Send's payload): none (twice as often), 6 or 2 messages, not one.
+TOPIC_LIMITS = (1 << 30, 1 << 30, 1400, 500, 150)
 
 
 class ProducerIdsMachine(RuleBasedStateMachine):
@@ -54,8 +60,18 @@ class ProducerIdsMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
 
-    @initialize(exactly_once=st.booleans())
-    def mode(self, exactly_once: bool) -> None:
+    @initialize(
+        exactly_once=st.sampled_from((False, False, True)),
+        frame_limit=st.sampled_from(FRAME_LIMITS),
+        topic_limit=st.sampled_from(TOPIC_LIMITS),
+    )
+    def mode(self, exactly_once: bool, frame_limit: int, topic_limit: int) -> None:
+        """A sender's producer or ours; the broker's and the topic's size limits.  The topic's
+        limit is set before any message: the broker checks it before deduplication
+        (``PersistentTopic.publishMessage``), so lowered while a stored batch waits for its
+        receipt, it refuses the resend, and no client can tell the batch was stored."""
+        self.process.max_frame = frame_limit
+        self.broker.topic_limit = topic_limit
         self.exactly_once = exactly_once
         if exactly_once:
             self.process.producer.publish_as(NAME, 0)
@@ -65,17 +81,12 @@ class ProducerIdsMachine(RuleBasedStateMachine):
         self.sent.append(value + b"." * (VALUE - len(value)))
         return self.sent[-1]
 
-    @rule(count=st.integers(1, 30))
-    def add(self, count: int) -> None:
+    @rule(count=st.integers(1, 30), seal=st.booleans())
+    def add(self, count: int, seal: bool) -> None:
         self.process.add(*(self._value() for _ in range(count)))
-
-    @rule()
-    def seal(self) -> None:
-        self.process.seal()
-
-    @rule()
-    def flush(self) -> None:
-        self.process.flush()
+        if seal:  # and written, as the driver does when a batch is sealed
+            self.process.seal()
+            self.process.flush()
 
     @precondition(lambda self: not self.process.connected)
     @rule()
@@ -108,24 +119,6 @@ class ProducerIdsMachine(RuleBasedStateMachine):
     def another_process_used_the_name(self, ids: int) -> None:
         """Ids above ours under our name: the next registration's last_sequence_id."""
         self.broker.someone_else_wrote(ids)
-
-    @rule(limit=st.sampled_from(FRAME_LIMITS))
-    def broker_max_message_size(self, limit: int) -> None:
-        self.process.max_frame = limit
-
-    @precondition(
-        lambda self: (
-            not self.broker.queue
-            and all(not b.send_attempts for b in self.process.producer.pending)
-        )
-    )
-    @rule(limit=st.sampled_from(TOPIC_LIMITS))
-    def topic_max_message_size(self, limit: int) -> None:
-        """The topic's limit changes while nothing waits that the broker may have stored: the
-        size check comes before deduplication (``PersistentTopic.publishMessage``), so a
-        resend of a stored message over a new, lower limit is refused, and no client can
-        tell it was stored."""
-        self.broker.topic_limit = limit
 
     @precondition(lambda self: not self.exactly_once)
     @rule(settles_recorded=st.booleans())
@@ -169,5 +162,5 @@ class SettledMachine(ProducerIdsMachine):
 
 TestProducerIds = SettledMachine.TestCase
 TestProducerIds.settings = settings(
-    max_examples=150, stateful_step_count=30, deadline=None, derandomize=True
+    max_examples=200, stateful_step_count=50, deadline=None, derandomize=True
 )
