@@ -229,7 +229,7 @@ class TopicManager:
                 continue
             producer = PartitionProducer(name, index, next(self._producer_ids), policy)
             if self.producer_name:
-                producer.name, producer.name_is_ours = self.producer_name, True
+                producer.name_as(self.producer_name)
             if self.journal is not None:
                 self.journal.producer_added(producer, topic.name, index)
             self.drivers[producer.producer_id] = ProducerDriver(

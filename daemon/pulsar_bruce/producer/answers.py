@@ -119,7 +119,7 @@ class BrokerAnswers:
             log.warning("%s refuses a batch of %d bytes (over the topic's maximum message "
                         "size); batches limited to %d bytes", producer.topic, 2 * limit,
                         limit)  # fmt: skip
-        producer.max_batch_bytes = min(producer.max_batch_bytes, self.topic_batch_limit)
+        producer.limit_batch_bytes(self.topic_batch_limit)
         if not producer.resend_in_halves(batch, halves):
             what = "batch written before others" if halves else "message"
             log.warning("%s: a %s over the topic's maximum message size discarded as "

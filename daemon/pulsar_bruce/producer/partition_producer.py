@@ -142,6 +142,23 @@ class PartitionProducer:
             self.unjournalled.append(batch)
         self.queue.replay(batch, self.name, self.name_is_ours)
 
+    def name_as(self, name: str) -> None:
+        """Register under our own stable ``name`` (``--producer-name-prefix``), so that broker
+        deduplication recognises a replay after a restart."""
+        self.name, self.name_is_ours = name, True
+
+    def journal_queued(self) -> None:
+        """The write-ahead journal watches this producer: keep what is queued for it."""
+        self.unjournalled = []
+
+    def retire(self) -> None:
+        """Its sender is gone: closed on the broker once nothing is left to settle."""
+        self.retiring = True
+
+    def limit_batch_bytes(self, limit: int) -> None:
+        """Keep batches at most ``limit`` bytes (the topic's own size limit, learnt)."""
+        self.max_batch_bytes = min(self.max_batch_bytes, limit)
+
     def publish_as(self, sender: str, first_sequence_id: int) -> None:
         """Publish under a stream sender's name and ids (``exactly_once.py``): ids are given
         at seal, from ``first_sequence_id``, and never renumbered."""
@@ -172,10 +189,15 @@ class PartitionProducer:
     # -- connection lifecycle -------------------------------------------------
 
     def on_registered(
-        self, name: str, last_sequence_id: int, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+        self,
+        name: str,
+        last_sequence_id: int,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        schema_version: bytes = b"",
     ) -> Renumbered | None:
         """The broker accepted the producer (``ProducerSuccess``); returns what was renumbered."""
         self.name = name
+        self.schema_version = schema_version
         self.max_message_size = max_message_size
         self.set_policy(self.policy)
         renumbered = self.queue.registered(last_sequence_id)
@@ -295,6 +317,7 @@ class PartitionProducer:
         """Assert the producer's rules (for tests, after every step)."""
         self.queue.check()
         assert self.batch.count >= 0
+        assert self.max_batch_bytes <= self.policy.max_bytes
         if self.exactly_once:
             assert self.name == self.queue.sender and self.name_is_ours
 
