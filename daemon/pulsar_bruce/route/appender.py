@@ -16,6 +16,7 @@ from pulsar_bruce.batch.batch_builder import encode_key_field
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation
 from pulsar_bruce.model.ledger import memory_charge
+from pulsar_bruce.parse.datagram import pin_delivery_time
 from pulsar_bruce.parse.deliver_at import (
     DELIVER_AFTER_TAG,
     DELIVER_AT_TAG,
@@ -97,6 +98,8 @@ class Appender:
             producer = topic.choose(partition_key)
             self.append(producer, key_field, timestamp, data, value_offset, charge, confirmation)
         else:
+            if key_field and key_field[0] == _DELAYED:  # kept as it came: keep its time too
+                data = pin_delivery_time(data, key_field)
             message = (key_field, timestamp, data, value_offset, partition_key, charge)
             topic.unrouted.append(WaitingMessage(*message, confirmation))
 

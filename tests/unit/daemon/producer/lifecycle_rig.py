@@ -11,6 +11,7 @@ counted can be compared message by message.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -252,8 +253,16 @@ class Process(BrokerAnswers):
         """A second passes (the journal records what settled), then the process is killed
         (its connection's unprocessed Sends are lost); the next run starts from its journal."""
         self.journal.tick()
-        self.drop_connection(processed=0)
+        self.kill()
         return Process(self.journal.directory, self.outcomes, self.broker)
+
+    def kill(self) -> None:
+        """The process dies: its connection is gone, its journal's file closed as it was."""
+        self.drop_connection(processed=0)
+        fd = self.journal.files._fd  # what the kernel closes for a killed process
+        if fd >= 0:
+            os.close(fd)
+            self.journal.files._fd = -1
 
     def settle_all(self, rounds: int = 200) -> None:
         """Connect and answer until nothing is left to send (each round: every answer)."""

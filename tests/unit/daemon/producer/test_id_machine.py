@@ -58,6 +58,7 @@ class ProducerIdsMachine(RuleBasedStateMachine):
         self.exactly_once = False
 
     def teardown(self) -> None:
+        self.process.kill()
         shutil.rmtree(self.directory, ignore_errors=True)
 
     @initialize(
@@ -126,7 +127,7 @@ class ProducerIdsMachine(RuleBasedStateMachine):
         """The process is killed (maybe before the journal recorded what settled last)."""
         if settles_recorded:
             self.process.journal.tick()
-        self.process.drop_connection(0)
+        self.process.kill()
         max_frame = self.process.max_frame
         self.process = Process(self.directory, self.outcomes, self.broker)
         self.process.max_frame = max_frame
