@@ -220,8 +220,9 @@ def split_batch(batch: SealedBatch, at: int = 0) -> tuple[SealedBatch, SealedBat
         tags=rest_tags,
     )
     first.created_at = rest.created_at = batch.created_at  # the send timeout still applies
-    if batch.journal is not None:  # journalled as new batches, which replace this one
-        first.replaces = rest.replaces = batch.journal.item
+    # Journalled as new batches, which replace the journalled one (a half split again
+    # replaces what its whole replaced).
+    first.replaces = rest.replaces = batch.journal.item if batch.journal else batch.replaces
     if batch.sequence_id >= 0:  # ids kept from the spool stay with their messages
         first.sequence_id, rest.sequence_id = batch.sequence_id, batch.sequence_id + half
         first.producer_name = rest.producer_name = batch.producer_name

@@ -141,8 +141,7 @@ class TopicManager:
         broker_topic = partition_name(topic.name, partition) if topic.partitioned else topic.name
         policy = dataclasses.replace(self.settings.policy(topic), key_based=False)
         producer = PartitionProducer(broker_topic, partition, next(self._producer_ids), policy)
-        producer.name, producer.name_is_ours, producer.exactly_once = name, True, True
-        producer.next_sequence_id = first_sequence_id
+        producer.publish_as(name, first_sequence_id)
         driver = SequencedDriver(producer, self.pool, self.outcomes.for_topic(topic), self.delivery)
         driver.on_closed = lambda closed: self._sequenced_closed(topic, closed)
         self.drivers[producer.producer_id] = driver
@@ -230,7 +229,7 @@ class TopicManager:
                 continue
             producer = PartitionProducer(name, index, next(self._producer_ids), policy)
             if self.producer_name:
-                producer.name, producer.name_is_ours = self.producer_name, True
+                producer.name_as(self.producer_name)
             if self.journal is not None:
                 self.journal.producer_added(producer, topic.name, index)
             self.drivers[producer.producer_id] = ProducerDriver(

@@ -35,7 +35,7 @@ from typing import Final
 from pulsar_bruce import reasons
 from pulsar_bruce.frame.wire import length_delimited
 from pulsar_bruce.native import pick
-from pulsar_bruce.parse.deliver_at import deliver_after_field, deliver_at_field
+from pulsar_bruce.parse.deliver_at import deliver_after_field, deliver_at_field, take_deliver_at
 
 API_KEY_ANY_PARTITION: Final = 256
 API_KEY_PARTITION_KEY: Final = 257
@@ -186,6 +186,28 @@ def _property_field(name: bytes, value: bytes) -> bytes:
     pair = length_delimited(b"\x0a", name) + length_delimited(b"\x12", value)
     return length_delimited(b"\x0a", pair)
 
+
+def pin_delivery_time(data: bytes, key_field: bytes) -> bytes:
+    """A valid Message record ``data`` whose DeliverAfter is made the DeliverAt its prepared
+    fields (``key_field``, see ``route/appender.prepare``) hold; ``data`` itself otherwise.
+
+    For a datagram kept as it came (waiting for its topic's partition count, in the
+    journal or the spool) and parsed again later: "after" counts from when the daemon
+    first read it, not from the replay.  Same length, so offsets into it still hold.
+    """
+    if data[4:6] != _MESSAGE_KEY or not data[9] & FLAG_DELIVER_AFTER:
+        return data
+    deliver_at, _ = take_deliver_at(key_field)
+    if not deliver_at:
+        return data
+    flags, _, topic_size = _KEYED_PREFIX.unpack_from(data, 8)
+    pinned = bytearray(data)
+    struct.pack_into(">h", pinned, 8, flags & ~FLAG_DELIVER_AFTER | FLAG_DELIVER_AT)
+    _DELAY.pack_into(pinned, 16 + topic_size + 8, deliver_at)
+    return bytes(pinned)
+
+
+_MESSAGE_KEY: Final = API_KEY_MESSAGE.to_bytes(2, "big")
 
 #: The parser the daemon uses: the compiled one where the compiled intake runs (``native``).
 parse_datagram = pick("parse_datagram", parse_datagram_py)

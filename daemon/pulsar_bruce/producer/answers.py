@@ -113,18 +113,17 @@ class BrokerAnswers:
         """The topic's own size limit refused ``batch``: resend it in halves, keep later
         batches below its size, or discard a single message as ``too_large``."""
         producer = self.producer
-        producer.reject(batch.sequence_id)
         limit, halves = halves_for_topic_limit(batch)
         if limit < self.topic_batch_limit:
             self.topic_batch_limit = limit
             log.warning("%s refuses a batch of %d bytes (over the topic's maximum message "
                         "size); batches limited to %d bytes", producer.topic, 2 * limit,
                         limit)  # fmt: skip
-        producer.max_batch_bytes = min(producer.max_batch_bytes, self.topic_batch_limit)
-        if not halves:
-            log.warning("%s: a message over the topic's maximum message size discarded as "
-                        "too_large", producer.topic)  # fmt: skip
+        producer.limit_batch_bytes(self.topic_batch_limit)
+        if not producer.resend_in_halves(batch, halves):
+            what = "batch written before others" if halves else "message"
+            log.warning("%s: a %s over the topic's maximum message size discarded as "
+                        "too_large", producer.topic, what)  # fmt: skip
             self.listener.batch_discarded(batch, reasons.TOO_LARGE)
             return
-        producer.pending.extend(halves)
         self.flush()

@@ -215,9 +215,11 @@ class ProducerDriver(BrokerAnswers):
             raise ConnectionClosedError("connection lost while creating the producer")
         success = response.producer_success
         renumbered = producer.on_registered(
-            success.producer_name, success.last_sequence_id, connection.core.max_message_size
+            success.producer_name,
+            success.last_sequence_id,
+            connection.core.max_message_size,
+            success.schema_version,
         )
-        producer.schema_version = success.schema_version
         if renumbered is not None:
             log.warning("%s: producer %s: the broker's last sequence id %d is above the %d we "
                         "assigned (another process used the name); %d batches renumbered, "
@@ -225,7 +227,7 @@ class ProducerDriver(BrokerAnswers):
                         renumbered.broker, renumbered.ours, renumbered.batches)  # fmt: skip
             if renumbered.resent_messages:
                 self.listener.batches_sent([], renumbered.resent_messages)
-        producer.max_batch_bytes = min(producer.max_batch_bytes, self.topic_batch_limit)
+        producer.limit_batch_bytes(self.topic_batch_limit)
         self.connection = connection
         self._epoch += 1
         self._retry.reset()
@@ -343,8 +345,6 @@ class ProducerDriver(BrokerAnswers):
                 connection.core.max_message_size,
             )
             self.listener.batch_discarded(batch, reason)
-        for batch in out.already_stored:
-            self.listener.batch_already_stored(batch)
         now = time.monotonic()
         for batch in out.batches:
             batch.sent_at = now

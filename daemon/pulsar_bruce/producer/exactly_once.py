@@ -14,55 +14,38 @@ Two rules make that hold whatever the batch boundaries were, sans-IO:
 - ids are given when a batch is sealed (:func:`number_sealed`), in message
   order, never at send time: a batch given up or split cannot shift the ids
   of the messages after it;
-- before a batch is first written, the part of it the broker already has
-  (ids up to ``ProducerSuccess.last_sequence_id``, the highest id it stored
-  under the name) is taken out (:func:`take_stored`): the earlier attempt may
-  have cut its batches elsewhere, and the broker would drop a batch that
-  straddles its last id whole, the new messages in it too.
+- before a batch is first written, a batch that straddles the broker's last
+  id (``ProducerSuccess.last_sequence_id``, the highest id pushed under the name)
+  is cut there (:func:`stored_part`): the earlier attempt may have cut its
+  batches elsewhere, and the broker would drop a batch that straddles its last
+  id whole, the new messages in it too.  What the broker may have is sent
+  anyway and the broker answers for it (a receipt for message id -1:-1 when it
+  stored it), as pulsar-client-java's ``ProducerImpl.resendMessages`` does: the
+  pushed id is not a stored one until the write completes, and a failed write
+  takes it back (``resetHighestSequenceIdPushed``).
 """
 
 from __future__ import annotations
 
-from collections import deque
-from typing import Protocol
+from collections.abc import Iterable
 
-from pulsar_bruce.batch.batch_builder import split_batch
 from pulsar_bruce.model.batch import SealedBatch
 
 
-class SenderNumbered(Protocol):
-    """What of a :class:`~.partition_producer.PartitionProducer` these rules use."""
-
-    pending: deque[SealedBatch]
-    next_sequence_id: int
-    name: str | None
-    #: The broker's last stored id under the name, learnt at registration (-1: none).
-    stored_up_to: int
-
-
-def number_sealed(producer: SenderNumbered, first_new: int) -> None:
-    """Give the batches sealed into ``pending[first_new:]`` their ids, in order."""
-    pending = producer.pending
-    next_id = producer.next_sequence_id
-    for index in range(first_new, len(pending)):
-        batch = pending[index]
+def number_sealed(sealed: Iterable[SealedBatch], next_id: int, sender: str) -> int:
+    """Give just-sealed batches their ids (and the sender's name), in order; the next id."""
+    for batch in sealed:
         batch.sequence_id = next_id
-        batch.producer_name = producer.name or ""
+        batch.producer_name = sender
         next_id += batch.count
-    producer.next_sequence_id = next_id
+    return next_id
 
 
-def take_stored(producer: SenderNumbered, index: int) -> SealedBatch | None:
-    """The part of the unsent batch ``pending[index]`` the broker already has, taken out of
-    the queue (the rest, if any, stays in its place); None when it has none of it."""
-    pending = producer.pending
-    batch = pending[index]
-    stored_up_to = producer.stored_up_to
+def stored_part(batch: SealedBatch, stored_up_to: int) -> int:
+    """How many first messages of ``batch`` to cut off as a part of their own: those up to
+    the broker's last id, when the batch straddles it (else 0)."""
     if batch.sequence_id < 0 or batch.sequence_id > stored_up_to:
-        return None
+        return 0
     if batch.highest_sequence_id <= stored_up_to:
-        del pending[index]
-        return batch
-    stored, rest = split_batch(batch, stored_up_to - batch.sequence_id + 1)
-    pending[index] = rest
-    return stored
+        return 0
+    return stored_up_to - batch.sequence_id + 1

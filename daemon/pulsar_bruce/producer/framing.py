@@ -36,12 +36,11 @@ class FramingPolicy(Protocol):
 
 
 class Framer(Protocol):
-    """What of a :class:`~.partition_producer.PartitionProducer` framing reads and sets."""
+    """What of a :class:`~.partition_producer.PartitionProducer` framing reads (its ids are
+    the :class:`~.batch_queue.BatchQueue`'s, which says which ``first_id`` a batch takes)."""
 
     producer_id: int
     name: str | None
-    next_sequence_id: int
-    issued_from: int
     schema_version: bytes
     compression_tries: CompressionTries
 
@@ -60,20 +59,18 @@ def _data_key(producer: Framer, now_ms: int) -> DataKey | None:
     return None if encryptor is None else encryptor.data_key(now_ms)
 
 
-def frame_batch(producer: Framer, batch: SealedBatch, publish_time_ms: int, limit: int) -> bool:
-    """Give ``batch`` its sequence ids (unless it kept its own), each entry its own, and its
-    Send frame (kept for resends); False, the batch unchanged, when over ``limit`` bytes."""
-    first_id = batch.sequence_id if batch.sequence_id >= 0 else producer.next_sequence_id
+def frame_batch(
+    producer: Framer, batch: SealedBatch, first_id: int, publish_time_ms: int, limit: int
+) -> bool:
+    """Give ``batch`` the sequence ids from ``first_id`` on, each entry its own, and its Send
+    frame (kept for resends); False, the batch unchanged, when over ``limit`` bytes."""
     raw = stamp_sequence_ids(batch.payload, first_id, batch.count)
     payload, compression = _compress(producer, raw)
     data_key = _data_key(producer, publish_time_ms)
     if len(payload) + (data_key.overhead if data_key else 0) > limit:
         return False
     iv, payload = data_key.seal(payload) if data_key else (b"", payload)
-    if batch.sequence_id < 0 and producer.issued_from < 0:
-        producer.issued_from = first_id
     batch.sequence_id = first_id
-    producer.next_sequence_id = max(producer.next_sequence_id, batch.highest_sequence_id + 1)
     metadata = commands.batch_metadata(
         producer_name=producer.name or "",
         sequence_id=first_id,
@@ -100,10 +97,11 @@ def frame_batch(producer: Framer, batch: SealedBatch, publish_time_ms: int, limi
 
 
 def frame_single(
-    producer: Framer, batch: SealedBatch, publish_time_ms: int, max_frame_size: int
+    producer: Framer, batch: SealedBatch, first_id: int, publish_time_ms: int, max_frame_size: int
 ) -> bool:
-    """Frame a one-message batch as a non-batched message, in chunks when it is larger
-    than a frame; False when it cannot be sent at all (its metadata alone is too large)."""
+    """Frame a one-message batch under ``first_id`` as a non-batched message, in chunks when
+    it is larger than a frame; False when it cannot be sent at all (its metadata alone is
+    too large)."""
     raw = batch.payload
     (size,) = _U32.unpack_from(raw)
     deliver_at, metadata = take_deliver_at(raw[4 : 4 + size])
@@ -113,7 +111,7 @@ def frame_single(
     frames = commands.single_message_sends(
         producer_id=producer.producer_id,
         producer_name=producer.name or "",
-        sequence_id=batch.sequence_id if batch.sequence_id >= 0 else producer.next_sequence_id,
+        sequence_id=first_id,
         publish_time_ms=publish_time_ms,
         compression=compression,
         uncompressed_size=len(value),
@@ -126,11 +124,7 @@ def frame_single(
     )
     if not frames:
         return False
-    if batch.sequence_id < 0:
-        batch.sequence_id = producer.next_sequence_id
-        if producer.issued_from < 0:
-            producer.issued_from = batch.sequence_id
-    producer.next_sequence_id = max(producer.next_sequence_id, batch.sequence_id + 1)
+    batch.sequence_id = first_id
     batch.frame = b"".join(frames)
     batch.frames = len(frames)
     return True  # ``payload`` stays: the frame is no batch to take the entries back from

@@ -8,9 +8,11 @@ batch is written again, in order, before anything new (and counted as a
 possible duplicate if it had been sent before).  A broker error names a batch by
 its highest sequence id, so errors are matched by id range, anywhere in flight.
 
-Sequence ids are given to a batch the first time it is sent (the producer name
-and the broker's ``last_sequence_id`` are only known then) and never change, so
-a broker with deduplication drops resent copies.
+The queue and its sequence ids belong to :class:`~.batch_queue.BatchQueue`
+(``queue``), which keeps their rules; this class decides what is framed when.
+Ids are given to a batch the first time it is sent (the producer name and the
+broker's ``last_sequence_id`` are only known then; a sender's at seal) and
+never change, so a broker with deduplication drops resent copies.
 
 A message too large for one Send frame is a batch of its own (the appender
 seals around it) and goes out as one non-batched message cut into chunks, like
@@ -24,19 +26,20 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from enum import Enum
 
 from pulsar_bruce import reasons
-from pulsar_bruce.batch.batch_builder import BatchBuilder, split_batch
+from pulsar_bruce.batch.batch_builder import BatchBuilder
 from pulsar_bruce.batch.compression import CompressionTries, Compressor
 from pulsar_bruce.batch.encryption import EncryptionError, Encryptor
 from pulsar_bruce.frame.codec import DEFAULT_MAX_MESSAGE_SIZE
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.schema import NO_SCHEMA, ProducerSchema
 from pulsar_bruce.parse.deliver_at import is_delayed
-from pulsar_bruce.producer.exactly_once import number_sealed, take_stored
+from pulsar_bruce.producer.batch_queue import BatchQueue, ReceiptMatch
 from pulsar_bruce.producer.framing import SEND_FRAME_OVERHEAD, frame_batch, frame_single
-from pulsar_bruce.producer.sequence_ids import Renumbered, renumber_above
+from pulsar_bruce.producer.sequence_ids import Renumbered
+
+__all__ = ["SEND_FRAME_OVERHEAD", "BatchPolicy", "Outgoing", "PartitionProducer", "ReceiptMatch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,19 +70,6 @@ class Outgoing:
     #: Batches removed from the queue, with the discard reason: too large for the
     #: broker, or failed by the broker ``max_attempts`` times already.
     rejected: list[tuple[SealedBatch, str]] = field(default_factory=list)
-    #: Sender-numbered batches (or their first parts) the broker already has: not written.
-    already_stored: list[SealedBatch] = field(default_factory=list)
-
-
-class ReceiptMatch(Enum):
-    ACKED = "acked"
-    #: A receipt for a batch we already consider done (an old duplicate), or one that
-    #: comes while the producer is being closed anyway: ignore it.
-    STALE = "stale"
-    #: The receipt of one chunk of a chunked message, not its last: the message waits.
-    CHUNK = "chunk"
-    #: A receipt that matches nothing we expect: the producer's state is unknown, re-create it.
-    MISMATCH = "mismatch"
 
 
 class PartitionProducer:
@@ -90,22 +80,17 @@ class PartitionProducer:
         "batch",
         "closing",
         "compression_tries",
-        "exactly_once",
-        "in_flight",
-        "issued_from",
         "max_batch_bytes",
         "max_message_size",
         "name",
         "name_is_ours",
-        "next_sequence_id",
         "partition",
-        "pending",
         "policy",
         "producer_id",
+        "queue",
         "ready",
         "retiring",
         "schema_version",
-        "stored_up_to",
         "topic",
         "unjournalled",
     )
@@ -116,8 +101,8 @@ class PartitionProducer:
         self.producer_id = producer_id
         self.policy = policy
         self.batch = BatchBuilder()
-        self.pending: deque[SealedBatch] = deque()
-        self.in_flight = 0
+        #: The sealed batches and their ids: read them here, change them through its methods.
+        self.queue = BatchQueue()
         self.ready = False
         #: For PartitionKey routing (Bruce's "available"): ready, or being created or
         #: re-created and not yet failed; the driver clears it when the partition cannot be
@@ -128,10 +113,6 @@ class PartitionProducer:
         self.name: str | None = None
         #: True when ``name`` is ours (stable across restarts), not the broker's choice.
         self.name_is_ours = False
-        self.next_sequence_id = 0
-        #: The first sequence id this process gave a batch (-1: none yet); a batch replayed from
-        #: the spool whose kept ids reach into ours must be renumbered (``keep_sequence_ids``).
-        self.issued_from = -1
         #: The policy's limit, lowered to what fits the broker's max message size.
         self.max_batch_bytes = policy.max_bytes
         self.max_message_size = DEFAULT_MAX_MESSAGE_SIZE
@@ -140,11 +121,6 @@ class PartitionProducer:
         self.unjournalled: list[SealedBatch] | None = None
         #: The broker's version of our schema (``ProducerSuccess``), stamped on what is framed.
         self.schema_version = b""
-        #: Publishing under a sender's name and ids (``exactly_once.py``): ids are given at
-        #: seal, from ``next_sequence_id``, and never renumbered.
-        self.exactly_once = False
-        #: The broker's last stored id under our name, from registration (-1: none known).
-        self.stored_up_to = -1
         #: Its sender is gone: closed on the broker once nothing is left to settle.
         self.retiring = False
 
@@ -155,14 +131,56 @@ class PartitionProducer:
         sending; returns the last batch queued."""
         if self.batch.count == 0:
             return None
-        pending = self.pending
-        queued = len(pending)
-        last = self.batch.seal_into(pending)
-        if self.exactly_once:
-            number_sealed(self, queued)
+        sealed = self.queue.seal(self.batch)
         if self.unjournalled is not None:
-            self.unjournalled.extend(pending[index] for index in range(queued, len(pending)))
-        return last
+            self.unjournalled.extend(sealed)
+        return sealed[-1]
+
+    def replay(self, batch: SealedBatch) -> None:
+        """Queue a batch back from the spool or the journal (see :meth:`BatchQueue.replay`)."""
+        if self.unjournalled is not None:
+            self.unjournalled.append(batch)
+        self.queue.replay(batch, self.name, self.name_is_ours)
+
+    def name_as(self, name: str) -> None:
+        """Register under our own stable ``name`` (``--producer-name-prefix``), so that broker
+        deduplication recognises a replay after a restart."""
+        self.name, self.name_is_ours = name, True
+
+    def journal_queued(self) -> None:
+        """The write-ahead journal watches this producer: keep what is queued for it."""
+        self.unjournalled = []
+
+    def retire(self) -> None:
+        """Its sender is gone: closed on the broker once nothing is left to settle."""
+        self.retiring = True
+
+    def limit_batch_bytes(self, limit: int) -> None:
+        """Keep batches at most ``limit`` bytes (the topic's own size limit, learnt)."""
+        self.max_batch_bytes = min(self.max_batch_bytes, limit)
+
+    def publish_as(self, sender: str, first_sequence_id: int) -> None:
+        """Publish under a stream sender's name and ids (``exactly_once.py``): ids are given
+        at seal, from ``first_sequence_id``, and never renumbered."""
+        self.name, self.name_is_ours = sender, True
+        self.queue.number_from(sender, first_sequence_id)
+
+    @property
+    def pending(self) -> deque[SealedBatch]:
+        """Read only (see :class:`BatchQueue`)."""
+        return self.queue.pending
+
+    @property
+    def in_flight(self) -> int:
+        return self.queue.in_flight
+
+    @property
+    def next_sequence_id(self) -> int:
+        return self.queue.next_sequence_id
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.queue.exactly_once
 
     @property
     def has_unsent(self) -> bool:
@@ -171,21 +189,21 @@ class PartitionProducer:
     # -- connection lifecycle -------------------------------------------------
 
     def on_registered(
-        self, name: str, last_sequence_id: int, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+        self,
+        name: str,
+        last_sequence_id: int,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        schema_version: bytes = b"",
     ) -> Renumbered | None:
         """The broker accepted the producer (``ProducerSuccess``); returns what was renumbered."""
         self.name = name
+        self.schema_version = schema_version
         self.max_message_size = max_message_size
         self.set_policy(self.policy)
-        renumbered = None
-        if self.exactly_once:  # the sender's ids: what the broker has is taken out, not renumbered
-            self.stored_up_to = last_sequence_id
-        else:
-            renumbered = renumber_above(self, last_sequence_id)
+        renumbered = self.queue.registered(last_sequence_id)
         self.ready = True
         self.available = True
         self.closing = False
-        self.in_flight = 0
         return renumbered
 
     def set_policy(self, policy: BatchPolicy) -> None:
@@ -197,7 +215,7 @@ class PartitionProducer:
         """The connection (or the broker's producer) is gone; everything pending goes again."""
         self.ready = False
         self.closing = False
-        self.in_flight = 0
+        self.queue.connection_lost()
 
     def pause(self) -> None:
         """The producer is being closed on its connection: write nothing more until it is
@@ -223,43 +241,41 @@ class PartitionProducer:
         out = Outgoing()
         if not self.ready:
             return out
-        pending = self.pending
+        queue = self.queue
+        pending = queue.pending
         limit = max_frame_size - SEND_FRAME_OVERHEAD
-        index = self.in_flight
+        index = queue.in_flight
         while index < len(pending):
             batch = pending[index]
-            if not batch.frame and self.exactly_once:
-                stored = take_stored(self, index)
-                if stored is not None:
-                    out.already_stored.append(stored)
-                    continue
+            if not batch.frame and queue.exactly_once:
+                queue.split_stored(index)
+                batch = pending[index]
             if not batch.frame:  # first send (a batch from the spool may keep its ids)
+                fresh, first_id = batch.sequence_id < 0, queue.id_for(batch)
                 try:
                     if batch.count == 1 and (
                         len(batch.payload) > limit or is_delayed(batch.payload, 4)
                     ):  # too large for a batch, or delayed: never batched
-                        framed = frame_single(self, batch, publish_time_ms, max_frame_size)
+                        framed = frame_single(self, batch, first_id, publish_time_ms,
+                                              max_frame_size)  # fmt: skip
                     else:
-                        framed = frame_batch(self, batch, publish_time_ms, limit)
+                        framed = frame_batch(self, batch, first_id, publish_time_ms, limit)
                         if not framed and batch.count > 1:
-                            first, second = split_batch(batch)
-                            pending[index] = first
-                            pending.insert(index + 1, second)
+                            queue.split(index)
                             continue
                         if not framed:
-                            framed = frame_single(self, batch, publish_time_ms, max_frame_size)
+                            framed = frame_single(self, batch, first_id, publish_time_ms,
+                                                  max_frame_size)  # fmt: skip
                 except EncryptionError:  # discarded, never sent in plaintext instead
-                    del pending[index]
-                    out.rejected.append((batch, reasons.ENCRYPTION_FAILED))
+                    out.rejected.append((queue.remove_unsent(index), reasons.ENCRYPTION_FAILED))
                     continue
                 if not framed:
-                    del pending[index]
-                    out.rejected.append((batch, reasons.TOO_LARGE))
+                    out.rejected.append((queue.remove_unsent(index), reasons.TOO_LARGE))
                     continue
+                queue.numbered(batch, fresh)
             elif batch.send_attempts:
                 if max_attempts and batch.failed_sends >= max_attempts:
-                    del pending[index]
-                    out.rejected.append((batch, reasons.RETRIES_EXHAUSTED))
+                    out.rejected.append((queue.remove_unsent(index), reasons.RETRIES_EXHAUSTED))
                     continue
                 out.resent_messages += batch.count
             batch.receipts = 0  # every chunk goes (again) on this connection
@@ -267,93 +283,43 @@ class PartitionProducer:
             out.frames.append(batch.frame)
             out.batches.append(batch)
             index += 1
-        self.in_flight = len(pending)
+        queue.written()
         return out
 
     # -- receipts -------------------------------------------------------------
 
     def on_receipt(self, sequence_id: int) -> tuple[ReceiptMatch, SealedBatch | None]:
-        """Match a ``SendReceipt`` (it carries the batch's lowest id) against the in-flight queue.
-
-        Receipts come in order, so normally only the head can match.  While the
-        producer is closing, after the broker failed one batch, the batches
-        behind it may still be confirmed: any in-flight batch can match then.
-        """
-        if self.in_flight == 0:
-            # A receipt for a batch we gave up (send timeout) is old news, not a mismatch.
-            stale = 0 <= sequence_id < self.next_sequence_id
-            return (ReceiptMatch.STALE if stale else ReceiptMatch.MISMATCH), None
-        head = self.pending[0]
-        if sequence_id == head.sequence_id:
-            if not self._last_receipt(head):
-                return ReceiptMatch.CHUNK, None
-            self.pending.popleft()
-            self.in_flight -= 1
-            return ReceiptMatch.ACKED, head
-        if sequence_id < head.sequence_id:
-            return ReceiptMatch.STALE, None
-        if not self.closing:
-            return ReceiptMatch.MISMATCH, None
-        index = self._in_flight_index(sequence_id)
-        if index is None or self.pending[index].sequence_id != sequence_id:
-            return ReceiptMatch.STALE, None
-        if not self._last_receipt(self.pending[index]):
-            return ReceiptMatch.CHUNK, None
-        return ReceiptMatch.ACKED, self._remove_in_flight(index)
-
-    @staticmethod
-    def _last_receipt(batch: SealedBatch) -> bool:
-        """Count a receipt for ``batch``: True once every one of its frames has its receipt."""
-        batch.receipts += 1
-        return batch.receipts >= batch.frames
+        """Match a ``SendReceipt`` against the in-flight batches (:meth:`BatchQueue.receipt`)."""
+        return self.queue.receipt(sequence_id, self.closing)
 
     def in_flight_batch(self, sequence_id: int) -> SealedBatch | None:
         """The in-flight batch whose sequence id range contains ``sequence_id``, if any."""
-        index = self._in_flight_index(sequence_id)
-        return None if index is None else self.pending[index]
+        return self.queue.in_flight_batch(sequence_id)
 
     def reject(self, sequence_id: int) -> SealedBatch | None:
-        """Remove the in-flight batch a ``SendError`` names.
+        """Remove the in-flight batch a ``SendError`` names."""
+        return self.queue.reject(sequence_id)
 
-        The Java broker answers a failed batch with ``max(highest_sequence_id,
-        sequence_id)``, so the id is matched against each batch's range.
-        """
-        index = self._in_flight_index(sequence_id)
-        return None if index is None else self._remove_in_flight(index)
-
-    def _in_flight_index(self, sequence_id: int) -> int | None:
-        pending = self.pending
-        for index in range(self.in_flight):
-            batch = pending[index]
-            if batch.sequence_id <= sequence_id <= batch.highest_sequence_id:
-                return index
-            if sequence_id < batch.sequence_id:
-                return None  # ids rise along the queue
-        return None
-
-    def _remove_in_flight(self, index: int) -> SealedBatch:
-        batch = self.pending[index]
-        del self.pending[index]
-        self.in_flight -= 1
-        return batch
+    def resend_in_halves(self, batch: SealedBatch, halves: list[SealedBatch]) -> bool:
+        """See :meth:`BatchQueue.resend_in_halves`."""
+        return self.queue.resend_in_halves(batch, halves)
 
     def expire(self, deadline: float) -> list[SealedBatch]:
         """Remove the batches (oldest first) created before ``deadline``: their send timed out."""
-        expired = []
-        pending = self.pending
-        while pending and 0 < pending[0].created_at < deadline:
-            expired.append(pending.popleft())
-            if self.in_flight:
-                self.in_flight -= 1
-        return expired
+        return self.queue.expire(deadline)
 
     def take_all(self) -> list[SealedBatch]:
         """Remove every batch (open and pending) for discarding; the producer is finished."""
         self.seal()
-        batches = list(self.pending)
-        self.pending.clear()
-        self.in_flight = 0
-        return batches
+        return self.queue.take_all()
+
+    def check(self) -> None:
+        """Assert the producer's rules (for tests, after every step)."""
+        self.queue.check()
+        assert self.batch.count >= 0
+        assert self.max_batch_bytes <= self.policy.max_bytes
+        if self.exactly_once:
+            assert self.name == self.queue.sender and self.name_is_ours
 
     @property
     def buffered_messages(self) -> int:

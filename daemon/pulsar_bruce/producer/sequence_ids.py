@@ -13,20 +13,11 @@ given new ids after the broker's.  Sans-IO.
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from pulsar_bruce.batch.batch_builder import batch_entries_of
 from pulsar_bruce.model.batch import SealedBatch
-
-
-class Numbering(Protocol):
-    """What of a :class:`~.partition_producer.PartitionProducer` the renumbering uses."""
-
-    pending: deque[SealedBatch]
-    next_sequence_id: int
-    issued_from: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,23 +34,23 @@ class Renumbered:
     resent_messages: int
 
 
-def renumber_above(producer: Numbering, last_sequence_id: int) -> Renumbered | None:
-    """Set ``producer.next_sequence_id`` after registration; when the broker's
-    ``last_sequence_id`` is above every id we assigned, renumber each pending batch
-    that has ids from ``last_sequence_id + 1`` on, in queue order, and return what
-    changed.
+def renumber_above(
+    pending: Sequence[SealedBatch], next_id: int, issued_from: int, last_sequence_id: int
+) -> tuple[int, int, Renumbered | None]:
+    """The next id and ``issued_from`` after registration, and what was renumbered: when the
+    broker's ``last_sequence_id`` is above every id we assigned, each pending batch that has
+    ids is given new ones from ``last_sequence_id + 1`` on, in queue order.
 
     A renumbered batch is framed again at its next send: a batch frame gives its
     entries back (:func:`batch_entries_of`), a chunked message kept its payload.
     """
-    numbered = [batch for batch in producer.pending if batch.sequence_id >= 0]
-    ours = max([producer.next_sequence_id - 1, *(b.highest_sequence_id for b in numbered)])
-    producer.next_sequence_id = max(ours, last_sequence_id) + 1
+    numbered = [batch for batch in pending if batch.sequence_id >= 0]
+    ours = max([next_id - 1, *(b.highest_sequence_id for b in numbered)])
     if last_sequence_id <= ours or not numbered:
-        return None
+        return max(ours, last_sequence_id) + 1, issued_from, None
     next_id = last_sequence_id + 1
-    if producer.issued_from < 0:
-        producer.issued_from = next_id
+    if issued_from < 0:
+        issued_from = next_id
     resent = 0
     for batch in numbered:
         if batch.frame and not batch.payload:
@@ -71,5 +62,4 @@ def renumber_above(producer: Numbering, last_sequence_id: int) -> Renumbered | N
         batch.sequence_id = next_id
         batch.producer_name, batch.send_attempts = "", 0  # new ids: never written under them
         next_id += batch.count
-    producer.next_sequence_id = next_id
-    return Renumbered(ours, last_sequence_id, len(numbered), resent)
+    return next_id, issued_from, Renumbered(ours, last_sequence_id, len(numbered), resent)

@@ -39,7 +39,7 @@ class SequencedDriver(ProducerDriver):
     def retire(self) -> None:
         """The sender is gone: send what it left, then close the producer on the broker."""
         producer = self.producer
-        producer.retiring = True
+        producer.retire()
         producer.seal()
         self.flush()
         self._check_settled()

@@ -4,12 +4,13 @@ The broker tells a client its ``maxMessageSize`` at Connect, but a topic or
 namespace policy can set a lower one, checked only when a message arrives
 (pulsar-broker ``PersistentTopic.publishMessage`` / ``isExceedMaximumMessageSize``:
 ``SendError`` ``NotAllowedError`` "Exceed maximum message size", nothing stored).
-The Java client fails such a batch.  We learn the limit from the refusal
-instead: the batch is cut in halves that are sent again, as new batches with new
-sequence ids (the broker may have stored later batches meanwhile, and
-deduplication would take lower ids for duplicates), and the producer's batches
-are kept below the size that failed from then on.  A single message over the
-limit cannot be cut: it is discarded as ``too_large``.  Sans-IO.
+The Java client fails such a batch (``ProducerImpl.recoverNotAllowedError``).
+We learn the limit from the refusal instead: the batch is cut in halves that
+are sent again, each message under the id it had, and the producer's batches
+are kept below the size that failed from then on
+(``PartitionProducer.resend_in_halves`` says when the ids can be kept).  A
+single message over the limit cannot be cut: it is discarded as ``too_large``.
+Sans-IO.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ def over_topic_limit(message: str) -> bool:
 
 def halves_for_topic_limit(batch: SealedBatch) -> tuple[int, list[SealedBatch]]:
     """The batch size limit learnt from ``batch``'s refusal, and the batches to send in its
-    place: two halves with no sequence ids yet (none for a single message, which is
-    discarded).  ``batch`` must be out of the producer's queue already."""
+    place: two halves, each message under its id, replacing ``batch`` in the journal (none
+    for a single message, which is discarded)."""
     entries = batch.payload if batch.payload or not batch.frame else batch_entries_of(batch)
     limit = max(MIN_BATCH_BYTES, len(entries) // 2)
     if batch.count < 2:
@@ -39,9 +40,12 @@ def halves_for_topic_limit(batch: SealedBatch) -> tuple[int, list[SealedBatch]]:
         count=batch.count,
         payload=entries,
         buffer_bytes=batch.buffer_bytes,
+        sequence_id=batch.sequence_id,
         tags=batch.tags,
         created_at=batch.created_at,
+        producer_name=batch.producer_name,
+        journal=batch.journal,
+        replaces=batch.replaces,
     )
     first, rest = split_batch(whole)
-    first.created_at = rest.created_at = batch.created_at
     return limit, [first, rest]

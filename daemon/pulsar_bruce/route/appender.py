@@ -16,6 +16,7 @@ from pulsar_bruce.batch.batch_builder import encode_key_field
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation
 from pulsar_bruce.model.ledger import memory_charge
+from pulsar_bruce.parse.datagram import pin_delivery_time
 from pulsar_bruce.parse.deliver_at import (
     DELIVER_AFTER_TAG,
     DELIVER_AT_TAG,
@@ -97,6 +98,8 @@ class Appender:
             producer = topic.choose(partition_key)
             self.append(producer, key_field, timestamp, data, value_offset, charge, confirmation)
         else:
+            if key_field and key_field[0] == _DELAYED:  # kept as it came: keep its time too
+                data = pin_delivery_time(data, key_field)
             message = (key_field, timestamp, data, value_offset, partition_key, charge)
             topic.unrouted.append(WaitingMessage(*message, confirmation))
 
@@ -104,12 +107,7 @@ class Appender:
         """A batch back from the spool goes to its partition (or any, if that is gone)."""
         producers = topic.producers
         producer = producers[partition] if 0 <= partition < len(producers) else topic.choose(-1)
-        if producer.unjournalled is not None:
-            producer.unjournalled.append(batch)
-        if batch.sequence_id >= 0:
-            keep_sequence_ids(producer, batch)
-        else:
-            producer.pending.append(batch)
+        producer.replay(batch)  # under its ids where it may keep them (``BatchQueue.replay``)
         self.events.batch_sealed(producer)
 
     def route_waiting(self, topic: Topic) -> None:
@@ -149,34 +147,3 @@ def prepare(
         partition_key = topic.key_hash(key)
     key_field = fields + encode_key_field(key) if key else fields
     return key_field, partition_key, memory_charge(key_field, payload_size)
-
-
-def keep_sequence_ids(producer: PartitionProducer, batch: SealedBatch) -> None:
-    """Queue a batch that was sent before a restart under its original sequence ids.
-
-    Broker deduplication (pulsar-broker ``MessageDeduplication.isDuplicate``) drops
-    a batch whose ``sequence_id`` is at most the highest one it has seen from that
-    producer name, so the replay is dropped exactly when the broker had stored it
-    (its receipt, for message id -1:-1, then confirms our earlier copy).  That
-    needs the same producer name, and ids that no batch of this run has taken:
-    this run numbers from ``issued_from`` on (after the broker's
-    ``last_sequence_id``, so an id below it is one the broker has, and the replay
-    keeps it even when it is queued after this run's batches); a replay whose ids
-    reach into this run's was never stored, and is numbered afresh, like a new
-    batch.  A kept batch goes before the batches not numbered yet, and the
-    producer's next ids start after it.
-    """
-    pending = producer.pending
-    taken = producer.issued_from >= 0 and (
-        producer.issued_from <= batch.highest_sequence_id
-        and batch.sequence_id < producer.next_sequence_id
-    )
-    if not producer.name_is_ours or batch.producer_name != producer.name or taken:
-        batch.sequence_id, batch.producer_name = -1, ""
-        pending.append(batch)
-        return
-    index = len(pending)
-    while index > producer.in_flight and pending[index - 1].sequence_id < 0:
-        index -= 1  # not numbered yet: they get ids after this batch, so go after it
-    pending.insert(index, batch)
-    producer.next_sequence_id = max(producer.next_sequence_id, batch.highest_sequence_id + 1)

@@ -30,7 +30,7 @@ from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation
 from pulsar_bruce.model.ledger import ENTRY_OVERHEAD, Ledger
 from pulsar_bruce.native import compiled
-from pulsar_bruce.parse.datagram import parse_datagram
+from pulsar_bruce.parse.datagram import parse_datagram, pin_delivery_time
 from pulsar_bruce.parse.deliver_at import epoch_ms
 from pulsar_bruce.route.appender import Appender, prepare
 from pulsar_bruce.route.outcomes import Outcomes
@@ -134,7 +134,7 @@ class Intake:
             if charge > self.policy.buffer_max_bytes:  # would never fit: not worth waiting for
                 return self.refuse_message(reasons.TOO_LARGE, data, tag, topic)
             return False  # backpressure: the stream edge offers it again later
-        elif self.policy.hold(data):
+        elif self.policy.hold(pin_delivery_time(data, key_field) if key_field else data):
             ledger.spill()
         else:
             return self.refuse_message(reasons.BUFFER_FULL, data, None, topic)

@@ -236,5 +236,4 @@ def forget_buffered(topics: Iterable[Topic]) -> None:
         topic.unrouted_batches.clear()
         topic.unrouted.clear()
         for producer in topic.producers:
-            producer.pending.clear()
-            producer.in_flight = 0
+            producer.queue.take_all()

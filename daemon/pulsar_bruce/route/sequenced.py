@@ -18,8 +18,11 @@ So every choice must depend on the records alone:
   (``TopicManager.open_sequenced``), closed on the broker once the connection
   is gone and its batches are settled, so the next attempt can take the name.
 
-The checks at the door are the intake's, in the same order; memory is the
-stream's backpressure as for any record.  Messages wait (backpressure) until
+The checks at the door are the intake's, in the same order, except that a topic's
+rate limit is backpressure here, never a refusal: whether a record finds the
+budget spent depends on timing, and a refused record takes no id, so the ids
+of the records after it would differ from one attempt to the next.  Memory is
+the stream's backpressure as for any record.  Messages wait (backpressure) until
 their topic's partition count is known.
 """
 
@@ -73,7 +76,8 @@ class SequencedSender:
 
     def admit(self, data: bytes, tag: Confirmation | None = None, /) -> bool:
         """Take one message record; False (nothing counted) when it must wait: no memory,
-        or its topic's partition count is not known yet, or it is a Producer record."""
+        its topic's partition count is not known yet or its rate budget is spent, or it is a
+        Producer record."""
         if data[4:6] == _PRODUCER_KEY:
             return False  # not a message: the stream edge switches to its name
         intake = self.intake
@@ -91,7 +95,7 @@ class SequencedSender:
             return self._refused(reasons.TOO_LARGE, data, tag, topic)
         budget = topic.rate_budget
         if budget is not None and budget <= 0:
-            return self._refused(reasons.RATE_LIMITED, data, tag, topic)
+            return False  # backpressure: a refusal would depend on timing, and shift the ids
         if not topic.producers:
             return False  # the partition count is being looked up
         key_field, partition_key, charge = prepare(

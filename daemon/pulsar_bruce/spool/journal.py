@@ -120,7 +120,7 @@ class Journal:
     # -- what the topic manager tells ---------------------------------------------------------
 
     def producer_added(self, producer: PartitionProducer, topic: str, partition: int) -> None:
-        producer.unjournalled = []
+        producer.journal_queued()
         self._where[producer.producer_id] = (topic.encode(), partition)
 
     def topic_added(self, topic: WaitingTopic) -> None:

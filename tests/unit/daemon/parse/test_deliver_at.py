@@ -5,6 +5,7 @@ frame's ``deliver_at_time`` (its private entry field never reaches a broker)."""
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import pytest
 from pulsar_bruce import reasons
@@ -20,6 +21,7 @@ from pulsar_bruce.parse.deliver_at import (
     take_deliver_at,
 )
 from pulsar_bruce.producer.partition_producer import PartitionProducer
+from pulsar_bruce.spool import records
 from to_pulsar.encoding import InvalidMessageError, encode_message_record
 
 from tests.unit.daemon.route.intake_harness import Harness, T
@@ -120,3 +122,33 @@ def sent(producer: PartitionProducer) -> list[tuple[pb.MessageMetadata, bytes | 
         single = not frame.metadata.HasField("num_messages_in_batch")
         result.append((frame.metadata, frame.payload if single else None))
     return result
+
+
+def test_a_waiting_delayed_message_keeps_its_delivery_time_when_replayed() -> None:
+    """A DeliverAfter message that waits for its topic's partition count is kept (for the
+    journal and the spool) as a datagram with its DeliverAt: parsed again by the next run,
+    half a minute later, it is still due when it was first (issue 29, point 6)."""
+    h = Harness()
+    h.intake.clock_ms = lambda: AT
+    h.send(encode_message_record(T, b"later", timestamp_ms=1, deliver_after_ms=60_000))
+    (waiting,) = h.topic().unrouted
+    again = Harness()
+    again.intake.clock_ms = lambda: AT + 30_000
+    again.intake.replay_datagram(waiting.data, previous_run=True)
+    (producer,) = again.attach()
+    producer.seal()
+    assert [(m.deliver_at_time, payload) for m, payload in sent(producer)] == [
+        (AT + 60_000, b"later")]  # fmt: skip
+
+
+def test_a_spilled_delayed_message_keeps_its_delivery_time(tmp_path: Path) -> None:
+    """The same for a message spilled to the spool when memory is full."""
+    h = Harness(buffer_max_bytes=1, spool_dir=tmp_path)
+    h.intake.clock_ms = lambda: AT
+    h.send(encode_message_record(T, b"later", timestamp_ms=1, deliver_after_ms=60_000))
+    assert h.ledger.spooled_messages == 1
+    h.policy.write_held()
+    ((kind, datagram),) = records.iter_records(b"".join(p.read_bytes() for p in tmp_path.iterdir()))
+    assert kind == records.DATAGRAM
+    fields = parse_datagram_py(datagram)[5]  # type: ignore[index]
+    assert fields.startswith(deliver_at_field(AT + 60_000))

@@ -78,9 +78,10 @@ def test_batches_back_from_the_spool_are_renumbered_too_and_not_counted_again() 
     producer = make_producer()
     producer.name, producer.name_is_ours = "p-1", True
     add_batch(producer, 3, prefix=b"s")
-    spooled = producer.pending[0]
+    (spooled,) = producer.queue.take_all()
     spooled.sequence_id, spooled.producer_name = 10, "p-1"  # ids kept from the last run
-    producer.next_sequence_id = 13
+    producer.replay(spooled)
+    assert producer.next_sequence_id == 13
     renumbered = producer.on_registered("p-1", 20)
     assert renumbered is not None and (renumbered.ours, renumbered.batches) == (12, 1)
     assert renumbered.resent_messages == 0  # counted when the spool was read back
@@ -91,9 +92,11 @@ def test_batches_back_from_the_spool_are_renumbered_too_and_not_counted_again() 
 
 def test_spooled_ids_above_the_brokers_last_stay() -> None:
     producer = make_producer()
+    producer.name, producer.name_is_ours = "p-1", True
     add_batch(producer, 2)
-    producer.pending[0].sequence_id = 10
-    producer.next_sequence_id = 12
+    (spooled,) = producer.queue.take_all()
+    spooled.sequence_id, spooled.producer_name = 10, "p-1"
+    producer.replay(spooled)
     assert producer.on_registered("p-1", 10) is None
     assert sends(producer.frames_to_send(PUBLISH_TIME).frames) == [(10, 11, 10, 11)]
 

@@ -23,7 +23,7 @@ def refuse(driver, sequence_id: int, message: str = "Exceed maximum message size
     )  # fmt: skip
 
 
-def test_a_batch_over_the_topic_limit_is_resent_in_halves_with_new_ids() -> None:
+def test_a_batch_over_the_topic_limit_is_resent_in_halves_under_its_ids() -> None:
     async def scenario() -> None:
         driver, listener = await driver_for(TOPIC, FakePool())
         producer = driver.producer
@@ -31,7 +31,7 @@ def test_a_batch_over_the_topic_limit_is_resent_in_halves_with_new_ids() -> None
         before = producer.max_batch_bytes
         refuse(driver, 3)
         assert listener.discarded == []  # nothing given up
-        assert [(b.count, b.sequence_id) for b in producer.pending] == [(2, 4), (2, 6)]
+        assert [(b.count, b.sequence_id) for b in producer.pending] == [(2, 0), (2, 2)]
         assert producer.in_flight == 2  # both halves written again at once
         assert producer.max_batch_bytes < before
         await driver.stop()

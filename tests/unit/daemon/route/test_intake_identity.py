@@ -111,16 +111,13 @@ class IntakeMachine(RuleBasedStateMachine):
 
     @rule()
     def broker_rejects(self) -> None:
-        """The newest batch of every producer is given up."""
+        """Every batch of every producer is given up."""
         for topic in self.h.registry:
             delivery = self.h.outcomes.for_topic(topic)
             for producer in topic.producers:
-                batch = producer.seal() or (producer.pending[-1] if producer.pending else None)
-                if batch is not None:
-                    producer.pending.remove(batch)
-                    producer.in_flight = min(producer.in_flight, len(producer.pending))
+                for batch in producer.take_all():
                     delivery.batch_discarded(batch, reasons.BROKER_REJECTED)
-                    self.h.check()
+                self.h.check()
 
     @rule()
     def discard_everything(self) -> None:

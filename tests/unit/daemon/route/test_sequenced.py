@@ -34,8 +34,7 @@ class SequencedHarness(Harness):
         self._ids += 1
         producer = PartitionProducer(f"{topic.name}-partition-{partition}", partition, self._ids,
                                      self.batch_policy)  # fmt: skip
-        producer.name, producer.exactly_once = name, True
-        producer.next_sequence_id = first_sequence_id
+        producer.publish_as(name, first_sequence_id)
         topic.sequenced.append(producer)
         return producer
 
@@ -161,3 +160,21 @@ def test_end_retires_every_producer_the_connection_opened() -> None:
         sender.admit(encode_any_partition(T, b"v"), None)
     sender.end()
     assert sorted(p.partition for p in h.retired) == [0, 1]
+
+
+def test_a_spent_rate_budget_is_backpressure_and_no_id_is_skipped() -> None:
+    """Whether a record finds its topic's rate budget spent depends on timing: the record
+    waits (nothing counted) and takes the next id when the budget is refilled, so the n-th
+    record gets first id + n in every attempt (issue 29, bug 3)."""
+    h = SequencedHarness()
+    h.attach()
+    topic = h.topic()
+    topic.rate_budget = 2
+    sender = h.sender()
+    records = [encode_any_partition(T, b"r%d" % i) for i in range(4)]
+    assert sender.admit_records(records, 0, None, API_KEY_FLUSH_REQUEST) == 2
+    assert h.ledger.discarded[reasons.RATE_LIMITED] == 0
+    h.check()
+    topic.rate_budget = 2  # the next interval
+    assert sender.admit_records(records, 2, None, API_KEY_FLUSH_REQUEST) == 4
+    assert ids_by_partition(topic) == {0: [(FIRST_ID, 4)]}

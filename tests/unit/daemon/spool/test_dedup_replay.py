@@ -113,7 +113,11 @@ def test_a_replay_is_numbered_afresh_when_the_broker_names_the_producer() -> Non
 def test_a_replay_behind_ids_already_used_is_numbered_afresh() -> None:
     topic = topic_with_producer()
     (producer,) = topic.producers
-    producer.issued_from, producer.next_sequence_id = 0, 20  # this run has sent 0..19 already
+    for i in range(20):
+        producer.batch.append(b"", 0, b"sent%d" % i, 0, 30)
+    producer.seal()
+    assert sent_ids(producer, -1) == [(0, 19)]  # this run has sent 0..19 already
+    assert producer.on_receipt(0)[0].name == "ACKED"
     Appender(Events()).queue_sealed(topic, 0, spooled(10))
     assert sent_ids(producer, 19) == [(20, 21)]
 

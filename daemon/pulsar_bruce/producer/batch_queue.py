@@ -1,0 +1,324 @@
+"""The sealed batches of one partition's producer and the sequence ids they go under. Sans-IO.
+
+The one owner of the rules that keep broker deduplication (pulsar-broker
+``MessageDeduplication.isDuplicate``: per producer name, a Send whose lowest id
+is at most the highest id pushed is not stored) from dropping a message it never
+stored, or storing one twice.  Nothing else writes the queue or the ids;
+:meth:`BatchQueue.check` asserts the rules, and the tests call it after every step:
+
+- **Ids rise along the queue.**  A batch is numbered once: at seal for a
+  sender's ids (``exactly_once.py``), else at its first send, from
+  ``next_sequence_id``; a replayed batch that keeps its ids goes before the
+  unsent batches numbered after it.  Like ``ProducerImpl.resendMessages`` in
+  pulsar-client-java, everything pending goes again, in order, under its ids.
+- **A split keeps each message's id**, and its parts replace the batch in the
+  write-ahead journal (``SealedBatch.replaces``), at any depth and for any
+  reason: the broker's max message size at the first send, the topic's own
+  limit (:meth:`resend_in_halves`), the part of a sender's batch the broker has.
+- **Renumbering** happens only at registration, when the broker's
+  ``last_sequence_id`` is above every id we gave (``sequence_ids.py``).
+- The first ``in_flight`` batches are written on the current connection;
+  receipts confirm them in order.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from enum import Enum
+
+from pulsar_bruce.batch.batch_builder import BatchBuilder, split_batch
+from pulsar_bruce.model.batch import SealedBatch
+from pulsar_bruce.producer.exactly_once import number_sealed, stored_part
+from pulsar_bruce.producer.sequence_ids import Renumbered, renumber_above
+
+
+class ReceiptMatch(Enum):
+    ACKED = "acked"
+    #: A receipt for a batch we already consider done (an old duplicate), or one that
+    #: comes while the producer is being closed anyway: ignore it.
+    STALE = "stale"
+    #: The receipt of one chunk of a chunked message, not its last: the message waits.
+    CHUNK = "chunk"
+    #: A receipt that matches nothing we expect: the producer's state is unknown, re-create it.
+    MISMATCH = "mismatch"
+
+
+class BatchQueue:
+    """Pending batches in id order, the first ``in_flight`` written, and the next ids."""
+
+    __slots__ = ("_in_flight", "_issued_from", "_next_id", "_pending", "_stored_up_to", "sender")
+
+    def __init__(self) -> None:
+        self._pending: deque[SealedBatch] = deque()
+        self._in_flight = 0
+        self._next_id = 0
+        #: The first id this process gave a batch (-1: none yet); a replayed batch whose
+        #: kept ids reach into ours is numbered afresh (see :meth:`replay`).
+        self._issued_from = -1
+        #: The broker's last id under the sender's name, from registration (-1: none known).
+        self._stored_up_to = -1
+        #: The sender whose name and ids the batches go under (None: the daemon's own).
+        self.sender: str | None = None
+
+    # -- reading ----------------------------------------------------------------------------
+
+    @property
+    def pending(self) -> deque[SealedBatch]:
+        """Read only: the batches, oldest (lowest ids) first."""
+        return self._pending
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def next_sequence_id(self) -> int:
+        return self._next_id
+
+    @property
+    def issued_from(self) -> int:
+        return self._issued_from
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.sender is not None
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    # -- queueing ---------------------------------------------------------------------------
+
+    def number_from(self, sender: str, first_id: int) -> None:
+        """The batches go under ``sender``'s name and ids, given at seal from ``first_id``."""
+        self.sender, self._next_id = sender, first_id
+
+    def seal(self, builder: BatchBuilder) -> list[SealedBatch]:
+        """Seal the open batch (one per key with key-based batching) into the queue; the
+        batches queued, numbered now for a sender (:func:`number_sealed`)."""
+        pending = self._pending
+        queued = len(pending)
+        builder.seal_into(pending)
+        sealed = list(itertools.islice(pending, queued, None))
+        if self.sender is not None:
+            self._next_id = number_sealed(sealed, self._next_id, self.sender)
+        return sealed
+
+    def replay(self, batch: SealedBatch, name: str | None, name_is_ours: bool) -> None:
+        """Queue a batch back from the spool or the journal, under its ids if it may keep them.
+
+        Broker deduplication drops a replay whose ids it has (its receipt, for
+        message id -1:-1, then confirms our earlier copy).  That needs the same
+        producer name, and ids no batch of this run took: this run numbers from
+        ``issued_from`` on (after the broker's ``last_sequence_id``, so an id below
+        it is one the broker has); a replay reaching into this run's ids was never
+        stored, and is numbered afresh, like a new batch.  A kept batch goes
+        before the unsent batches numbered after it and those not numbered yet (a
+        journal replays the halves of a batch split at its first send after
+        batches journalled before them), and the next ids start after it.
+        """
+        pending = self._pending
+        if batch.sequence_id < 0:
+            pending.append(batch)
+            return
+        taken = self._issued_from >= 0 and (
+            self._issued_from <= batch.highest_sequence_id and batch.sequence_id < self._next_id
+        )
+        if not name_is_ours or batch.producer_name != name or taken:
+            batch.sequence_id, batch.producer_name = -1, ""
+            pending.append(batch)
+            return
+        index = len(pending)
+        while index > self._in_flight and (
+            pending[index - 1].sequence_id < 0 or pending[index - 1].sequence_id > batch.sequence_id
+        ):
+            index -= 1
+        pending.insert(index, batch)
+        self._next_id = max(self._next_id, batch.highest_sequence_id + 1)
+
+    # -- the connection ---------------------------------------------------------------------
+
+    def registered(self, last_sequence_id: int) -> Renumbered | None:
+        """The broker accepted the producer: nothing is written on the new connection yet.
+        A sender's ids are its own (what the broker has is left to it to answer); ours are
+        renumbered when the broker is past them (:func:`renumber_above`)."""
+        self._in_flight = 0
+        if self.sender is not None:
+            self._stored_up_to = last_sequence_id
+            return None
+        self._next_id, self._issued_from, renumbered = renumber_above(
+            self._pending, self._next_id, self._issued_from, last_sequence_id
+        )
+        return renumbered
+
+    def connection_lost(self) -> None:
+        self._in_flight = 0
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def id_for(self, batch: SealedBatch) -> int:
+        """The first id ``batch`` is framed under: its own, or the next one."""
+        return batch.sequence_id if batch.sequence_id >= 0 else self._next_id
+
+    def numbered(self, batch: SealedBatch, fresh: bool) -> None:
+        """``batch`` was framed under :meth:`id_for` (``fresh``: it had no id before)."""
+        if fresh and self._issued_from < 0:
+            self._issued_from = batch.sequence_id
+        self._next_id = max(self._next_id, batch.highest_sequence_id + 1)
+
+    def split(self, index: int, at: int = 0) -> None:
+        """Replace the unsent ``pending[index]`` by its first ``at`` messages (0: half) and
+        the rest, each message under its id, both replacing it in the journal."""
+        assert index >= self._in_flight
+        first, rest = split_batch(self._pending[index], at)
+        self._pending[index] = first
+        self._pending.insert(index + 1, rest)
+
+    def split_stored(self, index: int) -> None:
+        """A sender's unsent ``pending[index]`` straddles the broker's last id: cut it there,
+        since the broker judges a batch by its lowest id and would drop the new messages
+        with the stored ones.  Both parts are sent; the broker answers for the stored one
+        (``ProducerImpl.resendMessages`` also lets the broker answer: its last id is the
+        highest *pushed*, which a failed write may still take back)."""
+        at = stored_part(self._pending[index], self._stored_up_to)
+        if at:
+            self.split(index, at)
+
+    def remove_unsent(self, index: int) -> SealedBatch:
+        """Take out an unsent batch that cannot be sent (too large, encryption failed)."""
+        assert index >= self._in_flight
+        batch = self._pending[index]
+        del self._pending[index]
+        return batch
+
+    def written(self) -> None:
+        """Every pending batch is written on the current connection."""
+        self._in_flight = len(self._pending)
+
+    # -- answers ----------------------------------------------------------------------------
+
+    def receipt(self, sequence_id: int, closing: bool) -> tuple[ReceiptMatch, SealedBatch | None]:
+        """Match a ``SendReceipt`` (it carries the batch's lowest id) against the in-flight batches.
+
+        Receipts come in order, so normally only the head can match.  While the
+        producer is ``closing``, after the broker failed one batch, the batches
+        behind it may still be confirmed: any in-flight batch can match then.
+        """
+        if self._in_flight == 0:
+            # A receipt for a batch we gave up (send timeout) is old news, not a mismatch.
+            stale = 0 <= sequence_id < self._next_id
+            return (ReceiptMatch.STALE if stale else ReceiptMatch.MISMATCH), None
+        head = self._pending[0]
+        if sequence_id == head.sequence_id:
+            if not _last_receipt(head):
+                return ReceiptMatch.CHUNK, None
+            self._pending.popleft()
+            self._in_flight -= 1
+            return ReceiptMatch.ACKED, head
+        if sequence_id < head.sequence_id:
+            return ReceiptMatch.STALE, None
+        if not closing:
+            return ReceiptMatch.MISMATCH, None
+        index = self._in_flight_index(sequence_id)
+        if index is None or self._pending[index].sequence_id != sequence_id:
+            return ReceiptMatch.STALE, None
+        if not _last_receipt(self._pending[index]):
+            return ReceiptMatch.CHUNK, None
+        return ReceiptMatch.ACKED, self._remove_in_flight(index)
+
+    def in_flight_batch(self, sequence_id: int) -> SealedBatch | None:
+        """The in-flight batch whose sequence id range contains ``sequence_id``, if any."""
+        index = self._in_flight_index(sequence_id)
+        return None if index is None else self._pending[index]
+
+    def reject(self, sequence_id: int) -> SealedBatch | None:
+        """Remove the in-flight batch whose id range holds ``sequence_id`` (the Java broker
+        names a failed batch by ``max(highest_sequence_id, sequence_id)``)."""
+        index = self._in_flight_index(sequence_id)
+        return None if index is None else self._remove_in_flight(index)
+
+    def resend_in_halves(self, batch: SealedBatch, halves: list[SealedBatch]) -> bool:
+        """The broker refused the in-flight ``batch`` (over the topic's size limit): remove
+        it and queue ``halves`` (its messages, under their ids) in its place; False when they
+        cannot be sent (none, or see below) and ``batch`` is to be discarded.
+
+        Nothing of ``batch`` was stored (the size check comes before deduplication,
+        ``PersistentTopic.publishMessage``), but batches written after it may be, and
+        the broker would then take lower ids for duplicates.  So the halves keep the
+        ids when ``batch`` was the last written; otherwise our own name's halves are
+        numbered afresh (like a new batch), and a sender's, whose ids are its own, cannot
+        be sent (the Java client fails such a batch: ``recoverNotAllowedError``).
+        """
+        index = self._in_flight_index(batch.sequence_id)
+        assert index is not None
+        last = index == self._in_flight - 1
+        self._remove_in_flight(index)
+        if not halves or (not last and self.sender is not None):
+            return False
+        if not last:
+            for half in halves:
+                half.sequence_id, half.producer_name = -1, ""
+            self._pending.extend(halves)
+        else:
+            self._pending.insert(index, halves[1])
+            self._pending.insert(index, halves[0])
+        return True
+
+    def expire(self, deadline: float) -> list[SealedBatch]:
+        """Remove the batches (oldest first) created before ``deadline``: their send timed out."""
+        expired = []
+        pending = self._pending
+        while pending and 0 < pending[0].created_at < deadline:
+            expired.append(pending.popleft())
+            if self._in_flight:
+                self._in_flight -= 1
+        return expired
+
+    def take_all(self) -> list[SealedBatch]:
+        """Remove every batch (to discard or spool it)."""
+        batches = list(self._pending)
+        self._pending.clear()
+        self._in_flight = 0
+        return batches
+
+    def _in_flight_index(self, sequence_id: int) -> int | None:
+        pending = self._pending
+        for index in range(self._in_flight):
+            batch = pending[index]
+            if batch.sequence_id <= sequence_id <= batch.highest_sequence_id:
+                return index
+        return None
+
+    def _remove_in_flight(self, index: int) -> SealedBatch:
+        batch = self._pending[index]
+        del self._pending[index]
+        self._in_flight -= 1
+        return batch
+
+    # -- the rules --------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Assert the queue's rules (for tests, after every step)."""
+        pending = self._pending
+        assert 0 <= self._in_flight <= len(pending), (self._in_flight, len(pending))
+        last = -1
+        for index, batch in enumerate(pending):
+            assert batch.count > 0
+            if index < self._in_flight:
+                assert batch.sequence_id >= 0 and batch.frame, f"in flight, not framed: {index}"
+            if batch.sequence_id < 0:
+                assert self.sender is None, "a sender's batch without its ids"
+                continue
+            if batch.highest_sequence_id >= self._issued_from:  # not the broker's before this run
+                assert batch.sequence_id > last, f"ids fall along the queue at {index}"
+                last = batch.highest_sequence_id
+            if batch.frame or self.sender is not None:
+                assert batch.highest_sequence_id < self._next_id, "an id given twice"
+        if self.sender is not None:
+            assert all(b.producer_name == self.sender for b in pending)
+
+
+def _last_receipt(batch: SealedBatch) -> bool:
+    """Count a receipt for ``batch``: True once every one of its frames has its receipt."""
+    batch.receipts += 1
+    return batch.receipts >= batch.frames
