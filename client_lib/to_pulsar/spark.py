@@ -83,6 +83,7 @@ from .spark_task import (
     TaskPlan,
     TaskResult,
     ToPulsarSparkError,
+    check_socket,
     executor_has_arrow,
     freeze_worker_once,
 )
@@ -105,6 +106,7 @@ __all__ = [
     "ToPulsarDataSource",
     "ToPulsarSparkError",
     "WriteSummary",
+    "check_socket",
     "foreach_batch",
     "plan_write",
     "register",
