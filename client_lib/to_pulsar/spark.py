@@ -74,6 +74,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from . import spark_warm_up
 from .protocol import FlushResult
 from .spark_exactly_once import for_batch_write, for_stream, for_write
 from .spark_plan import OPTIONS, plan_write, write_options
@@ -122,10 +123,14 @@ log = logging.getLogger(__name__)
 _TASK_ERROR = re.compile(r"ToPulsarSparkError: (to_pulsar: [^\n]*)")
 
 
-def register(spark: SparkSession) -> None:
-    """Register the ``"to_pulsar"`` format with this Spark session, and :func:`ship`."""
+def register(spark: SparkSession, *, warm_up: bool = True) -> None:
+    """Register the ``"to_pulsar"`` format with this Spark session, and :func:`ship`. With
+    ``warm_up``, start the Python processes a write runs in now, in the background
+    (:mod:`to_pulsar.spark_warm_up`), so the first write does not wait for them."""
     ship(spark)  # first: a registered data source keeps the Python includes it was given
     spark.dataSource.register(ToPulsarDataSource)
+    if warm_up:
+        spark_warm_up.start(spark, FORMAT)
 
 
 def use_this_python_locally(master: str | None) -> bool:
@@ -392,6 +397,9 @@ class ToPulsarDataSource(DataSource):
             raise ToPulsarSparkError(
                 "to_pulsar: a Pulsar topic can only be appended to: use .mode('append')"
             )
+        if self.options.get(spark_warm_up.OPTION):
+            _require_arrow()
+            return spark_warm_up.WarmUpWriter()
         plan = plan_write(self.options, schema)
         _require_arrow()
         return _BatchWriter(for_batch_write(plan))  # made once: every task gets its write id
