@@ -17,14 +17,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from .spark_task import freeze_worker_once
 
-__all__ = ["MAX_TASKS", "OPTION", "WarmUpWriter", "outcomes", "start"]
+__all__ = ["MAX_TASKS", "OPTION", "WarmUpWriter", "outcomes", "prepare_task_worker", "start"]
 
 #: The option that makes a write through the format the warm-up (it sends nothing).
 OPTION = "toPulsarWarmUp"
@@ -58,7 +58,41 @@ def start(spark: Any, format_name: str) -> threading.Thread | None:
         daemon=True,
     )
     thread.start()
+    threading.Thread(
+        target=_prepare_workers, args=(spark, tasks), name="to_pulsar warm-up", daemon=True
+    ).start()
     return thread
+
+
+def _prepare_workers(spark: Any, tasks: int) -> None:
+    """Start the task workers at once, alongside the write's planning process: Spark runs a
+    data source's tasks and ``mapInArrow``'s in the same Python workers (not RDDs')."""
+    try:
+        rows = spark.range(tasks, numPartitions=tasks)
+        rows.mapInArrow(prepare_task_worker, "ready BOOLEAN").collect()
+    except Exception as exc:
+        log.debug("to_pulsar: the warm-up job failed: %s", exc)
+
+
+def prepare_task_worker(batches: Iterable[Any]) -> Iterator[Any]:
+    """In a Spark Python worker (``mapInArrow``): import what a to_pulsar task needs, and
+    freeze it (gc)."""
+    import pyarrow
+
+    for _ in batches:
+        pass
+    _import_for_batches()
+    freeze_worker_once()
+    yield pyarrow.RecordBatch.from_pydict({"ready": [True]})
+
+
+def _import_for_batches() -> None:
+    with contextlib.suppress(ImportError):  # numpy, pyarrow.compute (else rows' path)
+        from . import spark_arrow  # noqa: F401
+    with contextlib.suppress(ImportError):  # a bare executor (to_pulsar.spark.write's rows)
+        import pyarrow
+
+        pyarrow.array([b""])  # as Spark's end of a task: pyarrow imports pandas, if there
 
 
 def _write(spark: Any, format_name: str, tasks: int, application: str) -> None:
@@ -84,11 +118,7 @@ class WarmUpWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         for _ in iterator:
             pass
-        with contextlib.suppress(ImportError):  # numpy, pyarrow.compute (else rows' path)
-            from . import spark_arrow  # noqa: F401
-        import pyarrow
-
-        pyarrow.array([b""])  # as Spark's end of a task: pyarrow imports pandas, if there
+        _import_for_batches()
         freeze_worker_once()
         return WriterCommitMessage()
 
