@@ -85,8 +85,8 @@ from .spark_task import (
     TaskResult,
     ToPulsarSparkError,
     check_socket,
-    executor_has_arrow,
     freeze_worker_once,
+    python_has_arrow,
 )
 
 try:  # pyspark >= 4.1: the stream writer gets Arrow batches too
@@ -226,15 +226,21 @@ _ARROW_ON_EXECUTORS: dict[str, bool] = {}
 
 def _executors_have_arrow(spark: SparkSession) -> bool:
     """Ask one executor (one tiny job, once per application) whether its Python has pyarrow:
-    then write() takes the format's path, Arrow batches straight to records."""
+    then write() takes the format's path, Arrow batches straight to records. The question
+    goes as a SQL Python UDF (not Arrow-optimised, so it runs without pyarrow), which runs
+    in the Python worker process that the ``mapInArrow`` tasks then use; an RDD job would
+    start one of its own."""
     try:
         context = spark.sparkContext
     except Exception:  # Spark Connect: no RDDs, so no row path either
         return True
     known = _ARROW_ON_EXECUTORS.get(context.applicationId)
     if known is None:
+        from pyspark.sql import functions
+
+        probe = functions.udf(python_has_arrow, "boolean", useArrow=False)
         try:
-            answers = context.parallelize([0], 1).mapPartitions(executor_has_arrow).collect()
+            answers = [row[0] for row in spark.range(1).select(probe()).collect()]
         except Exception:  # the row path will fail with the real error
             answers = [False]
         known = _ARROW_ON_EXECUTORS[context.applicationId] = all(answers)

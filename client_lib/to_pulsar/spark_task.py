@@ -40,8 +40,8 @@ __all__ = [
     "ToPulsarSparkError",
     "check_socket",
     "connect_stream_or_beside",
-    "executor_has_arrow",
     "freeze_worker_once",
+    "python_has_arrow",
     "stream_socket_beside",
 ]
 
@@ -76,9 +76,9 @@ def freeze_worker_once() -> None:
         gc.freeze()
 
 
-def executor_has_arrow(_: Iterable[Any]) -> Iterator[bool]:
+def python_has_arrow() -> bool:
     """Run on an executor: can its Python take Arrow batches (``mapInArrow``, the format)?"""
-    yield importlib.util.find_spec("pyarrow") is not None
+    return importlib.util.find_spec("pyarrow") is not None
 
 
 #: What :meth:`TaskPlan.write_arrow` returns, as Spark's DDL.
