@@ -21,7 +21,8 @@ ships ``to_pulsar`` to the executors)::
 With a local master (``--master 'local[2]'``, or none) Spark's Python workers run in
 this interpreter unless ``$PYSPARK_PYTHON`` is set. On a cluster the format needs pyarrow
 in the executors' Python; ``--rows`` writes through ``to_pulsar.spark.write``
-(``df.rdd``) instead, which needs nothing there. A failure is one line on stderr, exit 1.
+(``df.rdd``) instead, which needs nothing there. A failure is one line on stderr, exit 1;
+with a local master a wrong ``--socket`` fails at once, before Spark starts.
 
 On success it prints one line: rows read, acked, discarded (with
 ``--tolerate-discards`` through the format, the discards are in to_pulsar's log line).
@@ -139,6 +140,10 @@ def to_messages(df: DataFrame, args: argparse.Namespace) -> DataFrame:
     return df.select(*columns)
 
 
+def is_local(master: str) -> bool:
+    return master.strip().startswith("local")
+
+
 def one_line(exc: BaseException) -> str:
     """The cause and its remedy in one line, not Spark's 40-line Py4J traceback."""
     text = str(exc)
@@ -153,16 +158,25 @@ def one_line(exc: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     owned = SparkSession.getActiveSession() is None  # else embedded: leave the session be
-    if owned:  # a local master's workers: this Python (with pyarrow), not python3 on PATH
-        to_pulsar.spark.use_this_python_locally(
-            args.master or SparkConf().get("spark.master", "local[*]")
-        )
+    master = args.master or SparkConf().get("spark.master", "local[*]")
+    if owned and is_local(master):
+        # The tasks will run here: a wrong socket fails now, before Spark starts, not after
+        # it planned the job (a minute, and Spark's log of the failed task).
+        try:
+            to_pulsar.spark.check_socket(args.socket)
+        except to_pulsar.ToPulsarError as exc:
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            return 1
+        # a local master's workers: this Python (with pyarrow), not python3 on PATH
+        to_pulsar.spark.use_this_python_locally(master)
     builder = SparkSession.builder.appName(f"spark_replay -> {args.topic}")
     if args.master:
         builder = builder.master(args.master)
+    if owned:
+        builder = builder.config("spark.ui.showConsoleProgress", "false")
     spark = builder.getOrCreate()
-    if owned:  # Spark's warnings (with Java stack traces) would bury the one-line error
-        spark.sparkContext.setLogLevel("ERROR")
+    if owned:  # Spark's log of a failed task (Java and Python tracebacks) would bury the line
+        spark.sparkContext.setLogLevel("OFF")
     try:
         return replay(spark, args)
     except Exception as exc:  # Spark's, to_pulsar's: one line, never a traceback

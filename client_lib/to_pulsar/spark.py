@@ -74,6 +74,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from . import spark_warm_up
 from .protocol import FlushResult
 from .spark_exactly_once import for_batch_write, for_stream, for_write
 from .spark_plan import OPTIONS, plan_write, write_options
@@ -83,8 +84,9 @@ from .spark_task import (
     TaskPlan,
     TaskResult,
     ToPulsarSparkError,
-    executor_has_arrow,
+    check_socket,
     freeze_worker_once,
+    python_has_arrow,
 )
 
 try:  # pyspark >= 4.1: the stream writer gets Arrow batches too
@@ -105,6 +107,7 @@ __all__ = [
     "ToPulsarDataSource",
     "ToPulsarSparkError",
     "WriteSummary",
+    "check_socket",
     "foreach_batch",
     "plan_write",
     "register",
@@ -120,10 +123,14 @@ log = logging.getLogger(__name__)
 _TASK_ERROR = re.compile(r"ToPulsarSparkError: (to_pulsar: [^\n]*)")
 
 
-def register(spark: SparkSession) -> None:
-    """Register the ``"to_pulsar"`` format with this Spark session, and :func:`ship`."""
+def register(spark: SparkSession, *, warm_up: bool = True) -> None:
+    """Register the ``"to_pulsar"`` format with this Spark session, and :func:`ship`. With
+    ``warm_up``, start the Python processes a write runs in now, in the background
+    (:mod:`to_pulsar.spark_warm_up`), so the first write does not wait for them."""
     ship(spark)  # first: a registered data source keeps the Python includes it was given
     spark.dataSource.register(ToPulsarDataSource)
+    if warm_up:
+        spark_warm_up.start(spark, FORMAT)
 
 
 def use_this_python_locally(master: str | None) -> bool:
@@ -219,15 +226,21 @@ _ARROW_ON_EXECUTORS: dict[str, bool] = {}
 
 def _executors_have_arrow(spark: SparkSession) -> bool:
     """Ask one executor (one tiny job, once per application) whether its Python has pyarrow:
-    then write() takes the format's path, Arrow batches straight to records."""
+    then write() takes the format's path, Arrow batches straight to records. The question
+    goes as a SQL Python UDF (not Arrow-optimised, so it runs without pyarrow), which runs
+    in the Python worker process that the ``mapInArrow`` tasks then use; an RDD job would
+    start one of its own."""
     try:
         context = spark.sparkContext
     except Exception:  # Spark Connect: no RDDs, so no row path either
         return True
     known = _ARROW_ON_EXECUTORS.get(context.applicationId)
     if known is None:
+        from pyspark.sql import functions
+
+        probe = functions.udf(python_has_arrow, "boolean", useArrow=False)
         try:
-            answers = context.parallelize([0], 1).mapPartitions(executor_has_arrow).collect()
+            answers = [row[0] for row in spark.range(1).select(probe()).collect()]
         except Exception:  # the row path will fail with the real error
             answers = [False]
         known = _ARROW_ON_EXECUTORS[context.applicationId] = all(answers)
@@ -390,6 +403,9 @@ class ToPulsarDataSource(DataSource):
             raise ToPulsarSparkError(
                 "to_pulsar: a Pulsar topic can only be appended to: use .mode('append')"
             )
+        if self.options.get(spark_warm_up.OPTION):
+            _require_arrow()
+            return spark_warm_up.WarmUpWriter()
         plan = plan_write(self.options, schema)
         _require_arrow()
         return _BatchWriter(for_batch_write(plan))  # made once: every task gets its write id

@@ -38,9 +38,10 @@ __all__ = [
     "TaskPlan",
     "TaskResult",
     "ToPulsarSparkError",
+    "check_socket",
     "connect_stream_or_beside",
-    "executor_has_arrow",
     "freeze_worker_once",
+    "python_has_arrow",
     "stream_socket_beside",
 ]
 
@@ -75,9 +76,9 @@ def freeze_worker_once() -> None:
         gc.freeze()
 
 
-def executor_has_arrow(_: Iterable[Any]) -> Iterator[bool]:
+def python_has_arrow() -> bool:
     """Run on an executor: can its Python take Arrow batches (``mapInArrow``, the format)?"""
-    yield importlib.util.find_spec("pyarrow") is not None
+    return importlib.util.find_spec("pyarrow") is not None
 
 
 #: What :meth:`TaskPlan.write_arrow` returns, as Spark's DDL.
@@ -124,6 +125,28 @@ def connect_stream_or_beside(path: str, timeout: float | None) -> StreamSender:
             f"{path} is the daemon's datagram socket, and its stream socket is not beside it "
             f"({exc}); name the stream socket if the daemon's --stream-socket is not auto"
         ) from exc
+
+
+def _connect_task(path: str, timeout: float | None, who: str) -> StreamSender:
+    try:
+        return connect_stream_or_beside(path, timeout)
+    except DaemonUnavailableError as exc:
+        raise ToPulsarSparkError(
+            f"to_pulsar: {who} on {_socket.gethostname()}: {exc}. Each executor host needs "
+            "a running pulsar-bruce daemon; set the option 'socket' (or "
+            "TO_PULSAR_STREAM_SOCKET on the executors) if its socket is elsewhere."
+        ) from exc
+
+
+def check_socket(socket: str | None = None, timeout: float = 10.0) -> str:
+    """Connect to the daemon as a task on this host would (``socket``, else
+    ``$TO_PULSAR_STREAM_SOCKET``, else the default path), and hang up: where the tasks run
+    on this host (a local master), a wrong socket fails here, in a second, not in the first
+    task after Spark planned the job. Returns the stream socket's path; raises
+    :class:`ToPulsarSparkError` with the task's message."""
+    sender = _connect_task(socket or resolve_stream_socket_path(), timeout, "checking the daemon")
+    sender.abort()
+    return sender.socket_path
 
 
 # -- one task ------------------------------------------------------------------------------------
@@ -319,14 +342,7 @@ class TaskPlan:
         yield pa.RecordBatch.from_pylist([row], schema=_result_schema(pa))
 
     def _connect(self, path: str) -> StreamSender:
-        try:
-            return connect_stream_or_beside(path, self.flush_timeout_s)
-        except DaemonUnavailableError as exc:
-            raise ToPulsarSparkError(
-                f"to_pulsar: task on {_socket.gethostname()}: {exc}. Each executor host needs "
-                "a running pulsar-bruce daemon; set the option 'socket' (or "
-                "TO_PULSAR_STREAM_SOCKET on the executors) if its socket is elsewhere."
-            ) from exc
+        return _connect_task(path, self.flush_timeout_s, "task")
 
     def _flush(self, sender: StreamSender, rows: int, where: str) -> FlushResult:
         try:

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,6 +81,21 @@ def test_batch_20000_rows_land_complete_on_their_partitions(
         assert message.key == f"k{i}"
         assert message.partition == i % 4
         assert message.event_time == BASE_MS + i
+
+
+def test_register_starts_the_formats_python_processes_in_the_background(spark: Any) -> None:
+    """register() writes through the format from a thread of its own, sending nothing, so the
+    Python processes Spark runs a write in (planning, tasks, commit) are running before the
+    first write, not started one after the other by it (about 6 s on 2 cores). That thread
+    has no active Spark session, where Spark looks the format up (it once failed with
+    DATA_SOURCE_NOT_FOUND); a task that connected would fail on this host's missing default
+    socket."""
+    from to_pulsar import spark_warm_up
+
+    for thread in threading.enumerate():
+        if thread.name == "to_pulsar warm-up":
+            thread.join(180)
+    assert spark_warm_up.outcomes.get(spark.sparkContext.applicationId) == ""
 
 
 def test_topic_column_binary_values_and_long_timestamps(

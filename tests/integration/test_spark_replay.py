@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -87,3 +88,20 @@ def test_workers_without_pyarrow_fail_with_one_line_naming_cause_and_remedy(
         "at one that has it; with this example: --rows"
     ]
     assert daemon.message_records() == []
+
+
+def test_a_wrong_socket_with_a_local_master_is_one_line_before_spark_starts(
+    bare_bin: Path, tmp_path: Path
+) -> None:
+    """No daemon at --socket: the tasks would run on this host, so the example checks the
+    socket first; before, Spark started, planned the job and logged the failed task (about
+    90 lines of Java and Python tracebacks on stderr) before the line, after 50 s."""
+    wrong = tmp_path / "bruce.stream.sock"  # replay() passes it; nothing listens there
+    done = replay(bare_bin, tmp_path)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"spark_replay.py: error: to_pulsar: checking the daemon on {socket.gethostname()}: "
+        f"no daemon listening on stream socket {wrong} (No such file or directory). Each "
+        "executor host needs a running pulsar-bruce daemon; set the option 'socket' (or "
+        "TO_PULSAR_STREAM_SOCKET on the executors) if its socket is elsewhere."
+    ]

@@ -12,9 +12,12 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def local_session(app: str, pythonpath: Sequence[str], **config: str) -> Any:
-    """A ``local[2]`` session on 127.0.0.1 with ``to_pulsar.spark`` registered; ``pythonpath``
-    goes first on the workers' (and this process's children's) PYTHONPATH."""
+def local_session(
+    app: str, pythonpath: Sequence[str], register: bool = True, **config: str
+) -> Any:
+    """A ``local[2]`` session on 127.0.0.1 with ``to_pulsar.spark`` registered (unless not
+    ``register``: as a job that never uses the format); ``pythonpath`` goes first on the
+    workers' (and this process's children's) PYTHONPATH."""
     from pyspark.sql import SparkSession
 
     paths = os.pathsep.join(filter(None, [*pythonpath, os.environ.get("PYTHONPATH")]))
@@ -36,7 +39,8 @@ def local_session(app: str, pythonpath: Sequence[str], **config: str) -> Any:
         builder = builder.config(name, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
-    import to_pulsar.spark
+    if register:
+        import to_pulsar.spark
 
-    to_pulsar.spark.register(session)
+        to_pulsar.spark.register(session)
     return session
