@@ -32,6 +32,7 @@ import ctypes
 import errno
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -119,11 +120,18 @@ def free_port() -> int:
 
 
 def free_ports_in_a_row(count: int) -> int:
-    """The first of ``count`` consecutive free ports."""
-    while True:
-        first = free_port()
-        if first + count < 65536 and not any(port_taken(first + i) for i in range(count)):
+    """The first of ``count`` consecutive free ports, below the kernel's ephemeral range (a
+    free port in it can be taken by any outgoing connection before a broker binds it)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    candidates = list(range(10000, max(low - count, 10001), count))
+    random.shuffle(candidates)
+    for first in candidates:
+        if not any(port_taken(first + i) for i in range(count)):
             return first
+    sys.exit(f"run_local: no {count} consecutive free ports below {low}")
 
 
 def refuse_taken_ports(ports: dict[int, str]) -> None:

@@ -294,8 +294,8 @@ def test_on_the_cluster_the_hint_round_trips_and_sigterm_stops_every_jvm(tmp_pat
     """``--broker cluster`` (``make run PULSAR=cluster``): three brokers on consecutive
     ports, the daemon given all three, the hint's send and read work against that service
     URL, and SIGTERM stops the daemon and all five JVMs."""
-    broker_port = run_local.free_ports_in_a_row(3)
-    web_port = run_local.free_ports_in_a_row(3)
+    broker_port = run_local.free_ports_in_a_row(3)  # below the ephemeral range: an outgoing
+    web_port = run_local.free_ports_in_a_row(3)  # connection cannot take one meanwhile
     metrics_port = free_port()
     run = launch(tmp_path, broker_port, metrics_port, "--broker", "cluster", "--web-port",
                  str(web_port))  # fmt: skip

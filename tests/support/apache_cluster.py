@@ -41,7 +41,7 @@ from tests.support.apache_pulsar import (
     serving,
     topic_path,
 )
-from tests.support.processes import ProcessError, free_port, port_open, wait_for
+from tests.support.processes import ProcessError, port_open, quiet_port, wait_for
 
 CLUSTER_NAME = "bruce-cluster"
 BUNDLES = 4
@@ -180,8 +180,8 @@ class ApacheCluster:
         """``port`` / ``web_port``: the first broker's ports, the others' follow (default:
         free ones; ``make run PULSAR=cluster`` puts the brokers at 6650, 6651, 6652)."""
         self.workdir = workdir
-        self.zk_port = free_port()
-        self.bookie_port = free_port()
+        self.zk_port = quiet_port()
+        self.bookie_port = quiet_port()
         self.metadata_url = f"zk:127.0.0.1:{self.zk_port}"
         workdir.mkdir(parents=True, exist_ok=True)
         self.zookeeper = JavaProcess(
@@ -211,8 +211,8 @@ class ApacheCluster:
             settings.update(CLUSTER_CONFIG)
             settings["metadataStoreUrl"] = self.metadata_url
             settings["configurationMetadataStoreUrl"] = self.metadata_url
-            settings["brokerServicePort"] = str(port + index if port else free_port())
-            settings["webServicePort"] = str(web_port + index if web_port else free_port())
+            settings["brokerServicePort"] = str(port + index if port else quiet_port())
+            settings["webServicePort"] = str(web_port + index if web_port else quiet_port())
             settings.update(extra_config or {})
             self.brokers.append(ClusterBroker(index, workdir / f"broker{index}", settings, heap))
         self._metadata_written = False

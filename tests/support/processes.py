@@ -8,6 +8,7 @@ here sleeps to synchronise: every wait polls a condition until a deadline.
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import signal
@@ -35,6 +36,29 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def quiet_port() -> int:
+    """A free port below the kernel's ephemeral range, for a server that binds it seconds
+    later (a JVM): any outgoing connection may take a free port *in* that range meanwhile."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    while True:
+        port = random.randrange(10000, low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        if port not in _QUIET_PORTS_GIVEN:
+            _QUIET_PORTS_GIVEN.add(port)
+            return port
+
+
+#: Ports :func:`quiet_port` handed out in this process (never twice).
+_QUIET_PORTS_GIVEN: set[int] = set()
 
 
 def port_open(port: int) -> bool:
