@@ -127,8 +127,14 @@ def test_a_sticky_world_writable_directory_is_accepted(
     directory.chmod(0o1777)  # like /tmp: only the owner may remove the socket
     socket_path = directory / "bruce.sock"
     daemon = spawn("--socket", str(socket_path), "--metrics-listen", "off")
-    wait_for(lambda: daemon.poll() is None and socket_path.exists(), 30, "the socket")
-    assert stat.S_IMODE(socket_path.stat().st_mode) == 0o660
+    # The file appears at bind and gets its mode a moment later (the daemon's chmod).
+    wait_for(
+        lambda: daemon.poll() is None
+        and socket_path.exists()
+        and stat.S_IMODE(socket_path.stat().st_mode) == 0o660,
+        30,
+        "the socket, mode 0660",
+    )
     daemon.send_signal(signal.SIGTERM)
     assert daemon.wait(30) == 0
 
