@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from tests.support.apache_pulsar import ApachePulsar
-from tests.support.consume import consume, misplaced, send_keyed_to_fresh_topics
+from tests.support.consume import consume, keyed_to_fresh_topics_stay_on_k_mod_n
 from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.apache
@@ -70,14 +70,7 @@ def test_partition_keys_sent_before_any_producer_is_ready_stay_on_k_mod_n(
     ready: a partition still being created is waited for, never failed over from."""
     daemon = start_daemon(apache.url)
     topics = [partitioned(apache, "fresh", 8) for _ in range(6)]
-    send_keyed_to_fresh_topics(daemon, topics, 200)
-    counters = daemon.wait_settled(6 * 200, timeout=120)
-    assert counters.acked == 6 * 200, counters
-    for topic in topics:
-        messages = consume(apache.url, topic, 200)
-        assert sorted(int(m.value) for m in messages) == list(range(200))
-        wrong = misplaced(messages, 8)
-        assert not wrong, f"{len(wrong)} not on K % 8: {wrong[:5]}"
+    keyed_to_fresh_topics_stay_on_k_mod_n(daemon, apache.url, topics, 8)
 
 
 def test_message_record_properties_and_binary_keys(apache: ApachePulsar, start_daemon) -> None:

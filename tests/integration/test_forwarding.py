@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from tests.support.consume import consume, misplaced, send_keyed_to_fresh_topics
+from tests.support.consume import consume, keyed_to_fresh_topics_stay_on_k_mod_n
 from tests.support.processes import Broker, wait_for
 
 pytestmark = pytest.mark.broker
@@ -83,14 +83,7 @@ def test_partition_keys_sent_before_any_producer_is_ready_stay_on_k_mod_n(
     try:
         daemon = start_daemon(broker.url)
         topics = [f"persistent://public/default/{unique('fresh')}" for _ in range(6)]
-        send_keyed_to_fresh_topics(daemon, topics, 200)
-        counters = daemon.wait_settled(6 * 200, timeout=60)
-        assert counters.acked == 6 * 200, counters
-        for topic in topics:
-            messages = consume(broker.url, topic, 200)
-            assert sorted(int(m.value) for m in messages) == list(range(200))
-            wrong = misplaced(messages, 8)
-            assert not wrong, f"{len(wrong)} not on K % 8: {wrong[:5]}"
+        keyed_to_fresh_topics_stay_on_k_mod_n(daemon, broker.url, topics, 8)
     finally:
         broker.kill()
 

@@ -88,15 +88,21 @@ def _read(client: Any, topic: str, count: int, deadline: float) -> list[Received
     return messages
 
 
-def send_keyed_to_fresh_topics(daemon: Any, topics: list[str], per_topic: int) -> None:
-    """PartitionKey ``k`` with value ``b"k"`` for k in ``range(per_topic)`` to every topic,
-    interleaved, at once: sent before any of their producers can be ready."""
+def keyed_to_fresh_topics_stay_on_k_mod_n(
+    daemon: Any, service_url: str, topics: list[str], partitions: int, per_topic: int = 200
+) -> None:
+    """PartitionKey ``k`` (value ``b"k"``) for k in ``range(per_topic)`` to every topic at once,
+    before any of their producers can be ready; every message acked, read back complete, and
+    each on partition ``k % partitions``: a partition still being created is waited for,
+    never failed over from (issue 28)."""
     with daemon.sender() as sender:
         for key in range(per_topic):
             for topic in topics:
                 sender.send(topic, b"%d" % key, partition_key=key)
-
-
-def misplaced(messages: list[Received], partitions: int) -> list[Received]:
-    """The messages (value ``b"k"``) not on partition ``k % partitions``."""
-    return [m for m in messages if m.partition != int(m.value) % partitions]
+    counters = daemon.wait_settled(len(topics) * per_topic, timeout=120)
+    assert counters.acked == len(topics) * per_topic, counters
+    for topic in topics:
+        messages = consume(service_url, topic, per_topic)
+        assert sorted(int(m.value) for m in messages) == list(range(per_topic))
+        wrong = [m for m in messages if m.partition != int(m.value) % partitions]
+        assert not wrong, f"{len(wrong)} not on K % {partitions}: {wrong[:5]}"
