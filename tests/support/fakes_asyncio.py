@@ -380,9 +380,13 @@ class RecordingListener:
         self.sent: list[tuple[list[SealedBatch], int]] = []
         self.acked: list[SealedBatch] = []
         self.discarded: list[tuple[SealedBatch, str]] = []
+        self.possibly_stored: list[SealedBatch] = []
 
     def batches_sent(self, batches: list[SealedBatch], resent_messages: int) -> None:
         self.sent.append((list(batches), resent_messages))
+
+    def batches_possibly_stored(self, batches: list[SealedBatch]) -> None:
+        self.possibly_stored.extend(batches)
 
     def batch_acked(self, batch: SealedBatch, latency_s: float) -> None:
         assert latency_s >= 0

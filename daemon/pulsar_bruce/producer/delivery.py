@@ -19,6 +19,10 @@ class DeliveryListener(Protocol):
     def batches_sent(self, batches: list[SealedBatch], resent_messages: int) -> None:
         """``batches`` were written to a broker; ``resent_messages`` had been written before."""
 
+    def batches_possibly_stored(self, batches: list[SealedBatch]) -> None:
+        """``batches`` may be stored already under ids they no longer have (renumbered after
+        another process used the producer name): their next write may store them twice."""
+
     def batch_acked(self, batch: SealedBatch, latency_s: float) -> None:
         """The broker confirmed ``batch``, ``latency_s`` after it was last written."""
 

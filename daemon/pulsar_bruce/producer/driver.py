@@ -225,8 +225,8 @@ class ProducerDriver(BrokerAnswers):
                         "assigned (another process used the name); %d batches renumbered, "
                         "resent as possible duplicates", producer.topic, success.producer_name,
                         renumbered.broker, renumbered.ours, renumbered.batches)  # fmt: skip
-            if renumbered.resent_messages:
-                self.listener.batches_sent([], renumbered.resent_messages)
+            if renumbered.possibly_stored:
+                self.listener.batches_possibly_stored(renumbered.possibly_stored)
         producer.limit_batch_bytes(self.topic_batch_limit)
         self.connection = connection
         self._epoch += 1

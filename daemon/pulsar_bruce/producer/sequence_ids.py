@@ -29,9 +29,11 @@ class Renumbered:
     #: The broker's ``last_sequence_id`` for the name (above ``ours``).
     broker: int
     batches: int
-    #: Messages among them written in this run before: possible duplicates.  (Batches from
-    #: the spool were counted as such when they were read back.)
-    resent_messages: int
+    #: Those among them that may already be stored under the ids they had: written before in
+    #: this run, or numbered by a run before it (a crash can come between a write and the
+    #: journal's record of its receipt).  Sent again under new ids, the broker cannot drop
+    #: them as duplicates: possible duplicates, with evidence.
+    possibly_stored: list[SealedBatch]
 
 
 def renumber_above(
@@ -51,15 +53,15 @@ def renumber_above(
     next_id = last_sequence_id + 1
     if issued_from < 0:
         issued_from = next_id
-    resent = 0
+    possibly_stored = []
     for batch in numbered:
         if batch.frame and not batch.payload:
             batch.payload = batch_entries_of(batch)
         batch.frame = b""
         batch.frames, batch.receipts = 1, 0
-        if batch.send_attempts:
-            resent += batch.count
+        if batch.send_attempts or batch.producer_name:
+            possibly_stored.append(batch)
         batch.sequence_id = next_id
         batch.producer_name, batch.send_attempts = "", 0  # new ids: never written under them
         next_id += batch.count
-    return next_id, issued_from, Renumbered(ours, last_sequence_id, len(numbered), resent)
+    return next_id, issued_from, Renumbered(ours, last_sequence_id, len(numbered), possibly_stored)

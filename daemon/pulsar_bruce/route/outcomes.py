@@ -160,6 +160,13 @@ class TopicDelivery:
             elif outcomes.evidence is not None:
                 outcomes.batch_evidence("possible_duplicate", self.topic, batch)
 
+    def batches_possibly_stored(self, batches: list[SealedBatch]) -> None:
+        outcomes = self.outcomes
+        outcomes.ledger.possible_duplicate(sum(batch.count for batch in batches))
+        if outcomes.evidence is not None:
+            for batch in batches:
+                outcomes.batch_evidence("possible_duplicate", self.topic, batch)
+
     def batch_acked(self, batch: SealedBatch, latency_s: float) -> None:
         self.outcomes.acked(self.topic, batch)
         if self.outcomes.observer is not None:

@@ -55,10 +55,16 @@ class Outcomes:
     def __init__(self) -> None:
         self.acked: Counter[bytes] = Counter()
         self.discarded: Counter[bytes] = Counter()
+        #: Messages reported as possibly stored twice (``possible_duplicate`` evidence).
+        self.possibly_twice: Counter[bytes] = Counter()
         self.journal: Journal | None = None
 
     def batches_sent(self, batches: list[SealedBatch], resent_messages: int) -> None:
         pass
+
+    def batches_possibly_stored(self, batches: list[SealedBatch]) -> None:
+        for batch in batches:
+            self.possibly_twice.update(values_of(batch))
 
     def batch_acked(self, batch: SealedBatch, latency_s: float) -> None:
         self.acked.update(values_of(batch))
@@ -191,7 +197,9 @@ class Process(BrokerAnswers):
         self.journal.sync()
 
     def connect(self) -> None:
-        self.producer.on_registered(NAME, self.broker.last_sequence_id())
+        renumbered = self.producer.on_registered(NAME, self.broker.last_sequence_id())
+        if renumbered is not None and renumbered.possibly_stored:  # as the driver reports it
+            self.outcomes.batches_possibly_stored(renumbered.possibly_stored)
         self.connected = True
         self.flush()
 

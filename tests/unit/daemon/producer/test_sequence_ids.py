@@ -50,7 +50,8 @@ def test_a_broker_ahead_of_every_id_we_assigned_gets_the_pending_batches_renumbe
     renumbered = producer.on_registered("edge-h-abc123", 50)
     assert renumbered is not None
     assert (renumbered.ours, renumbered.broker, renumbered.batches) == (4, 50, 2)
-    assert renumbered.resent_messages == 5  # both were written before: possible duplicates
+    # Both were written before: possible duplicates, now that the broker cannot drop them.
+    assert [b.count for b in renumbered.possibly_stored] == [2, 3]
     add_batch(producer, 1, prefix=b"c")  # new: numbered after the renumbered ones
     out = producer.frames_to_send(PUBLISH_TIME)
     assert sends(out.frames) == [(51, 52, 51, 52), (53, 55, 53, 55), (56, 56, 56, 56)]
@@ -74,7 +75,7 @@ def test_a_broker_at_or_below_our_ids_changes_nothing_so_deduplication_drops_cop
     assert producer.next_sequence_id == 5
 
 
-def test_batches_back_from_the_spool_are_renumbered_too_and_not_counted_again() -> None:
+def test_batches_back_from_the_spool_are_renumbered_too_as_possibly_stored() -> None:
     producer = make_producer()
     producer.name, producer.name_is_ours = "p-1", True
     add_batch(producer, 3, prefix=b"s")
@@ -84,7 +85,8 @@ def test_batches_back_from_the_spool_are_renumbered_too_and_not_counted_again() 
     assert producer.next_sequence_id == 13
     renumbered = producer.on_registered("p-1", 20)
     assert renumbered is not None and (renumbered.ours, renumbered.batches) == (12, 1)
-    assert renumbered.resent_messages == 0  # counted when the spool was read back
+    # Numbered by the last run, which may have written them before it stopped or crashed.
+    assert renumbered.possibly_stored == [spooled]
     out = producer.frames_to_send(PUBLISH_TIME)
     assert sends(out.frames) == [(21, 23, 21, 23)]
     assert payload_values(out.frames[0]) == [b"s0", b"s1", b"s2"]

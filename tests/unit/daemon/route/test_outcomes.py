@@ -218,6 +218,18 @@ def test_batches_sent_without_evidence_or_observer() -> None:
     assert (s.ledger.batches_sent, s.ledger.possible_duplicates) == (1, 1)
 
 
+def test_batches_renumbered_after_a_write_are_possible_duplicates_with_evidence() -> None:
+    evidence = RecordingEvidence()
+    s = Setup(evidence=evidence)
+    written, from_last_run = s.batch(None, None), s.batch(None)
+    s.delivery.batches_possibly_stored([written, from_last_run])
+    s.check()
+    assert (s.ledger.batches_sent, s.ledger.possible_duplicates) == (0, 3)
+    assert evidence.batches == [("possible_duplicate", T, written),
+                                ("possible_duplicate", T, from_last_run)]  # fmt: skip
+    assert s.ledger.buffered_messages == 3  # still to be sent and settled
+
+
 # -- refusals at the door -----------------------------------------------------------------------
 
 
