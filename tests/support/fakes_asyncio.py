@@ -57,8 +57,9 @@ def decode_frames(data: bytes) -> list[Frame]:
 
 
 class FakeClock:
-    """Stands in for the ``time`` module of the module under test: ``monotonic`` moves only
-    when the test says so (timers still run on the event loop's own clock)."""
+    """A clock to pass where the code under test takes one (``clock=``): it moves only when
+    the test says so (timers still run on the event loop's own clock, unless that loop is a
+    :class:`FakeClockLoop` on this clock)."""
 
     def __init__(self, start: float = 1000.0) -> None:
         self.now = start
@@ -66,15 +67,8 @@ class FakeClock:
     def __call__(self) -> float:
         return self.now
 
-    def monotonic(self) -> float:
-        return self.now
-
     def advance(self, seconds: float) -> None:
         self.now += seconds
-
-    @staticmethod
-    def time_ns() -> int:
-        return time.time_ns()
 
 
 class Deadlock(AssertionError):

@@ -77,12 +77,20 @@ class BrokerConnection(asyncio.Protocol):
     """asyncio protocol for one broker connection."""
 
     def __init__(
-        self, address: str, core: ConnectionCore, keepalive_interval: float, tls: bool = False
+        self,
+        address: str,
+        core: ConnectionCore,
+        keepalive_interval: float,
+        tls: bool = False,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.address = address
         self.tls = tls
         self.core = core
         self.keepalive_interval = keepalive_interval
+        #: Now, in seconds: when the broker was last heard, when a Ping is due.
+        self.clock = clock
         self.transport: asyncio.Transport | None = None
         self.connected: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -112,7 +120,7 @@ class BrokerConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
-            frames = self.core.receive(data, time.monotonic())
+            frames = self.core.receive(data, self.clock())
         except (FrameError, HandshakeError) as exc:
             self._fail(exc)
             return
@@ -268,7 +276,7 @@ class BrokerConnection(asyncio.Protocol):
         self._keepalive = loop.call_later(self.keepalive_interval, self._on_keepalive)
 
     def _on_keepalive(self) -> None:
-        action = self.core.keepalive(time.monotonic(), self.keepalive_interval)
+        action = self.core.keepalive(self.clock(), self.keepalive_interval)
         if action is KeepaliveAction.CLOSE:
             self.abort("broker silent for two keep-alive intervals")
             return

@@ -10,7 +10,7 @@ confirms nothing stored (:func:`~.faults.unstored_reason`), and what each
 from __future__ import annotations
 
 import logging
-import time
+from collections.abc import Callable
 
 from pulsar_bruce import reasons
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
@@ -36,6 +36,7 @@ class BrokerAnswers:
     producer: PartitionProducer
     listener: DeliveryListener
     topic_batch_limit: int
+    clock: Callable[[], float]
     _unstored_logged: set[str]
 
     def _recreate(self, reason: str, failed: SealedBatch | None = None) -> None:
@@ -51,7 +52,7 @@ class BrokerAnswers:
         if batch is not None and producer.exactly_once and answered_duplicate(receipt):
             self.listener.batch_already_stored(batch)  # an earlier attempt's copy is stored
         elif batch is not None and reason is None:
-            self.listener.batch_acked(batch, time.monotonic() - batch.sent_at)
+            self.listener.batch_acked(batch, self.clock() - batch.sent_at)
         elif batch is not None and reason is not None:
             self.listener.batch_discarded(batch, reason)
             level = logging.DEBUG if reason in self._unstored_logged else logging.WARNING

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 from pulsar_bruce import reasons
 from pulsar_bruce.connection.broker_connection import (
@@ -67,11 +68,15 @@ class ProducerDriver(BrokerAnswers):
         listener: DeliveryListener,
         delivery: DeliveryPolicy | None = None,
         journal: SendJournal | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.producer = producer
         self.pool = pool
         self.listener = listener
         self.journal = journal
+        #: Now, in seconds: when a batch was written, how long its receipt takes.
+        self.clock = clock
         self.connection: BrokerConnection | None = None
         self._lost = asyncio.Event()
         self._linger: asyncio.TimerHandle | None = None
@@ -105,7 +110,7 @@ class ProducerDriver(BrokerAnswers):
             listener,
             self.delivery.send_timeout_s,
             self._loop,
-            lambda: time.monotonic(),  # looked up per call: tests replace this module's clock
+            clock,
         )
 
     # -- lifecycle ------------------------------------------------------------------
@@ -345,7 +350,7 @@ class ProducerDriver(BrokerAnswers):
                 connection.core.max_message_size,
             )
             self.listener.batch_discarded(batch, reason)
-        now = time.monotonic()
+        now = self.clock()
         for batch in out.batches:
             batch.sent_at = now
         self.listener.batches_sent(out.batches, out.resent_messages)
@@ -381,7 +386,7 @@ class ProducerDriver(BrokerAnswers):
         producer = self.producer
         if not producer.in_flight or self.connection is None or self._lost.is_set():
             return
-        waited = time.monotonic() - producer.pending[0].sent_at
+        waited = self.clock() - producer.pending[0].sent_at
         if waited >= self.receipt_timeout_s:
             self._recreate(
                 f"no receipt from {producer.topic} for {waited:.0f} s", producer.pending[0]

@@ -7,9 +7,9 @@ producer's creation failed at once by a CloseProducer for it; every producer tol
 the connection goes; Ping answered and keep-alive driven from the event loop's timer.
 The URL choices of CloseProducer and TopicMigrated are in ``test_v20.py``.
 
-The loop's time is a :class:`FakeClock` that jumps to the next timer when the loop would
-wait: ``await asyncio.sleep(30)`` lets 30 fake seconds pass, with every timer in between
-firing in order.
+The loop's time, which each connection is given as its clock, is a :class:`FakeClock` that
+jumps to the next timer when the loop would wait: ``await asyncio.sleep(30)`` lets 30 fake
+seconds pass, with every timer in between firing in order.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
-from pulsar_bruce.connection import broker_connection
 from pulsar_bruce.connection.broker_connection import (
     REQUEST_TIMEOUT_S,
     BrokerConnection,
@@ -41,11 +40,10 @@ TOPIC = "persistent://public/default/t"
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
-    """One fake clock for the loop's timers and the ``time.monotonic()`` the edge reads."""
-    fake = FakeClock()
-    monkeypatch.setattr(broker_connection, "time", fake)
-    yield fake
+def clock() -> FakeClock:
+    """The time of the loop a test runs on (:func:`run_on_clock`), which its connections read
+    too (:func:`new_connection`)."""
+    return FakeClock()
 
 
 class Listener:
@@ -109,7 +107,9 @@ CONNECTED = frame(_T.CONNECTED, "connected", server_version="fake", protocol_ver
 
 def new_connection() -> tuple[BrokerConnection, FakeTransport]:
     loop = asyncio.get_running_loop()
-    connection = BrokerConnection("broker:6650", ConnectionCore(loop.time()), KEEPALIVE_S)
+    connection = BrokerConnection(
+        "broker:6650", ConnectionCore(loop.time()), KEEPALIVE_S, clock=loop.time
+    )
     transport = FakeTransport(connection)
     connection.connection_made(transport)
     return connection, transport

@@ -11,6 +11,8 @@ from pulsar_bruce import reasons
 from pulsar_bruce.parse.datagram import ANY_PARTITION, parse_datagram
 from to_pulsar.encoding import encode_any_partition, encode_partition_key
 
+from tests.support.any_topic import to_any_topic
+
 MALFORMED = reasons.MALFORMED
 
 
@@ -328,7 +330,7 @@ timestamps = st.integers(-(2**63), 2**63 - 1)
 def test_any_partition_round_trip_with_to_pulsar_encoding(
     topic: bytes, key: bytes, value: bytes, timestamp: int
 ) -> None:
-    data = encode_any_partition(topic, value, key, timestamp)
+    data = to_any_topic(topic, lambda name: encode_any_partition(name, value, key, timestamp))
     expected = (topic, ANY_PARTITION, timestamp, key, len(data) - len(value), b"")
     assert parse_datagram(data) == expected
     assert value_of(data) == value
@@ -339,7 +341,9 @@ def test_any_partition_round_trip_with_to_pulsar_encoding(
 def test_partition_key_round_trip_with_to_pulsar_encoding(
     pkey: int, topic: bytes, key: bytes, value: bytes, timestamp: int
 ) -> None:
-    data = encode_partition_key(pkey, topic, value, key, timestamp)
+    data = to_any_topic(
+        topic, lambda name: encode_partition_key(pkey, name, value, key, timestamp)
+    )
     result = parse_datagram(data)
     assert isinstance(result, tuple)
     assert result[:4] == (topic, pkey & 0xFFFFFFFF, timestamp, key)
@@ -351,10 +355,13 @@ def test_partition_key_round_trip_with_to_pulsar_encoding(
 def test_mutating_one_byte_of_a_valid_datagram_never_raises(
     data: st.DataObject, keyed: bool, topic: bytes, key: bytes, value: bytes
 ) -> None:
-    datagram = (
-        encode_partition_key(7, topic, value, key, 12345)
-        if keyed
-        else encode_any_partition(topic, value, key, 12345)
+    datagram = to_any_topic(
+        topic,
+        lambda name: (
+            encode_partition_key(7, name, value, key, 12345)
+            if keyed
+            else encode_any_partition(name, value, key, 12345)
+        ),
     )
     index = data.draw(st.integers(0, len(datagram) - 1))
     byte = data.draw(st.integers(0, 255))
@@ -367,6 +374,6 @@ def test_mutating_one_byte_of_a_valid_datagram_never_raises(
 def test_truncating_a_valid_datagram_is_malformed(
     data: st.DataObject, topic: bytes, value: bytes
 ) -> None:
-    datagram = encode_any_partition(topic, value)
+    datagram = to_any_topic(topic, lambda name: encode_any_partition(name, value))
     cut = data.draw(st.integers(0, len(datagram) - 1))
     assert parse_datagram(datagram[:cut]) == MALFORMED

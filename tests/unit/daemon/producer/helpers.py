@@ -4,6 +4,7 @@ the broker answers they script."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
@@ -28,13 +29,14 @@ class Rig:
         delivery: DeliveryPolicy = LONG,
         policy: BatchPolicy | None = None,
         name: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.pool = pool
         self.listener = RecordingListener()
         self.producer = PartitionProducer(TOPIC, 0, PRODUCER_ID, policy or BatchPolicy())
         if name is not None:
             self.producer.name, self.producer.name_is_ours = name, True
-        self.driver = ProducerDriver(self.producer, pool, self.listener, delivery)
+        self.driver = ProducerDriver(self.producer, pool, self.listener, delivery, clock=clock)
         self._values = 0
 
     def seal(self, count: int = 1) -> None:
@@ -62,11 +64,12 @@ def run_connected(
     delivery: DeliveryPolicy = LONG,
     policy: BatchPolicy | None = None,
     name: str | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> None:
     """Run ``body`` with a driver ready on its first connection, and stop it afterwards."""
 
     async def test() -> None:
-        rig = Rig(pool(), delivery, policy, name)
+        rig = Rig(pool(), delivery, policy, name, clock)
         rig.driver.start()
         await rig.connected()
         await body(rig)

@@ -158,6 +158,7 @@ class Process(BrokerAnswers):
         self.outcomes = self.listener = outcomes
         self.broker = broker
         self.topic_batch_limit = 1 << 62
+        self.clock = lambda: 0.0  # no time passes: every batch is "sent" at 0.0
         self._unstored_logged = set()
         self.journal = Journal(directory, "never")
         self.recovered = self.journal.open()

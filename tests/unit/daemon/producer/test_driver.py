@@ -1,8 +1,8 @@
 """ProducerDriver against a fake pool and broker connection: connect, write, receipts,
 reconnect and resend, broker errors, send and receipt timeouts, linger.
 
-Time-driven checks move a fake clock standing in for the driver's ``time`` module; the
-driver's timers still run on the event loop, so every wait is a condition with a deadline.
+Time-driven checks give the driver a fake clock and move it; the driver's timers still run
+on the event loop, so every wait is a condition with a deadline.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from pulsar_bruce import reasons
 from pulsar_bruce.connection.broker_connection import ServerError
 from pulsar_bruce.connection.pool import TopicLookupError
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
-from pulsar_bruce.producer import answers as answers_module
-from pulsar_bruce.producer import driver as driver_module
 from pulsar_bruce.producer.delivery import DeliveryPolicy
 from pulsar_bruce.producer.partition_producer import BatchPolicy
 
@@ -29,13 +27,9 @@ def run(test: Callable[[], Awaitable[None]]) -> None:
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    fake = FakeClock()
-    monkeypatch.setattr(driver_module, "time", fake)
-    # Receipts' latency too (``answers.py``): on a machine up for less than the fake clock's
-    # start, the real clock would read earlier than the fake one's send time.
-    monkeypatch.setattr(answers_module, "time", fake)
-    return fake
+def clock() -> FakeClock:
+    """The driver's clock, moved by hand (its timers still run on the event loop's own)."""
+    return FakeClock()
 
 
 # -- connecting and writing ---------------------------------------------------------------------
@@ -309,7 +303,7 @@ def test_a_message_too_large_for_the_broker_goes_as_chunks_and_a_large_batch_is_
 def test_the_send_timeout_discards_old_batches_only(clock: FakeClock) -> None:
     async def test() -> None:
         delivery = DeliveryPolicy(receipt_timeout_s=3600.0, send_timeout_s=0.05)
-        rig = Rig(FakePool(lookups_hang=True), delivery)  # no broker answers
+        rig = Rig(FakePool(lookups_hang=True), delivery, clock=clock)  # no broker answers
         rig.driver.start()
         rig.seal(1)  # sealed at 1000.00
         clock.advance(0.03)
@@ -345,7 +339,9 @@ def test_a_written_batch_the_send_timeout_gives_up_is_unconfirmed_not_lost(
         given_up = [(b.count, why) for b, why in rig.listener.discarded]
         assert given_up == [(2, reasons.UNCONFIRMED), (3, reasons.SEND_TIMEOUT)]
 
-    run_connected(body, delivery=DeliveryPolicy(receipt_timeout_s=3600.0, send_timeout_s=0.05))
+    run_connected(
+        body, delivery=DeliveryPolicy(receipt_timeout_s=3600.0, send_timeout_s=0.05), clock=clock
+    )
 
 
 def test_the_send_timeout_is_off_by_default() -> None:
@@ -363,7 +359,9 @@ def test_an_overdue_receipt_recreates_the_producer_and_the_batch_is_resent(
         rig.pool.connection.receipt(PRODUCER_ID, 0)
         assert len(rig.listener.acked) == 1
 
-    run_connected(body, delivery=DeliveryPolicy(receipt_timeout_s=0.05, send_timeout_s=0))
+    run_connected(
+        body, delivery=DeliveryPolicy(receipt_timeout_s=0.05, send_timeout_s=0), clock=clock
+    )
 
 
 def test_the_linger_timer_seals_the_open_batch_and_writes_it() -> None:

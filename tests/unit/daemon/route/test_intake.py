@@ -14,6 +14,7 @@ from pulsar_bruce.model.confirmation import Confirmation
 from pulsar_bruce.producer.partition_producer import BatchPolicy
 from to_pulsar.encoding import encode_any_partition
 
+from tests.support.any_topic import to_any_topic
 from tests.unit.daemon.route.intake_harness import (
     TEN,
     Harness,
@@ -90,8 +91,9 @@ def test_too_large_for_its_topic_is_counted_for_the_topic() -> None:
 @pytest.mark.parametrize("topic", [b"a/b", b"http://a/b/c", b"bad topic", b"\xff"])
 def test_bad_topic_is_counted(topic: bytes) -> None:
     h = Harness()
-    h.send(encode_any_partition(topic, b"v"))
-    h.send(encode_any_partition(topic, b"v"))  # the cached path
+    bad = to_any_topic(topic, lambda name: encode_any_partition(name, b"v"))
+    h.send(bad)
+    h.send(bad)  # the cached path
     assert discarded(h, reasons.BAD_TOPIC) == 2
     assert h.added == []
     assert len(h.registry) == 0

@@ -13,6 +13,7 @@ from pulsar_bruce.route.router import Topic
 from pulsar_bruce.route.sequenced import SequencedSender
 from to_pulsar.encoding import encode_any_partition, encode_partition_key
 
+from tests.support.any_topic import to_any_topic
 from tests.unit.daemon.route.intake_harness import Harness, T
 
 FIRST_ID = 7 << 32
@@ -134,7 +135,8 @@ def test_the_intakes_checks_apply_and_are_counted() -> None:
     h.attach()
     sender = h.sender()
     tag = Confirmation(lambda: None)
-    assert sender.admit(encode_any_partition("bad topic name!", b"v"), tag)
+    bad = to_any_topic("bad topic name!", lambda name: encode_any_partition(name, b"v"))
+    assert sender.admit(bad, tag)
     assert sender.admit(b"\x00" * 8, tag)
     assert h.ledger.discarded[reasons.BAD_TOPIC] == 1
     assert tag.discarded == {reasons.BAD_TOPIC: 1, reasons.MALFORMED: 1}
