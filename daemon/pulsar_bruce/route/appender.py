@@ -62,8 +62,7 @@ class Appender:
         batch = producer.batch
         delayed = key_field and key_field[0] == _DELAYED and key_field.startswith(DELIVER_AT_TAG)
         if batch.count and (delayed or batch.charged + charge > producer.max_batch_bytes):
-            producer.seal()
-            self.events.batch_sealed(producer)
+            self.seal(producer)
         into = batch  # the batch the message goes into: with key-based batching, its key's
         if batch.keys is not None or (not batch.count and producer.policy.key_based):
             into = batch.key_batch(key_field, charge)  # (the policy counts when a batch opens)
@@ -77,8 +76,18 @@ class Appender:
             or batch.count >= producer.policy.max_messages
             or batch.charged >= producer.max_batch_bytes
         ):
-            producer.seal()
-            self.events.batch_sealed(producer)
+            self.seal(producer)
+
+    def seal(self, producer: PartitionProducer) -> None:
+        """Seal ``producer``'s open batch (full, or around a delayed message) and tell the edge
+        (the compiled admitter calls this too)."""
+        producer.seal()
+        self.events.batch_sealed(producer)
+
+    def opened(self, producer: PartitionProducer) -> None:
+        """The first message went into ``producer``'s empty batch (for the compiled admitter:
+        the edge it tells is the one the appender has now)."""
+        self.events.batch_opened(producer)
 
     def place(
         self,
