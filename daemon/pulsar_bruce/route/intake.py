@@ -114,6 +114,12 @@ class Intake:
         if self._admitter is not None:
             self._admitter.max_message_bytes = limit
 
+    @property
+    def admitted_here(self) -> int:
+        """Messages the compiled admitter took without :meth:`admit_py` (for tests and
+        profiles; 0 with the pure-Python intake)."""
+        return 0 if self._admitter is None else self._admitter.admitted_here
+
     # -- what the compiled admitter calls back (once per call or per batch, not per message)
 
     def _accepted(self, count: int, charge: int, tag: Confirmation | None) -> None:

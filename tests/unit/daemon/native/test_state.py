@@ -209,7 +209,7 @@ def _routed(changes: str, python_path: bool) -> tuple[list[tuple[int, int]], int
     for producer in producers:
         if producer.seal():
             events.batch_sealed(producer)
-    return events.sealed, 0 if intake._admitter is None else intake._admitter.admitted_here
+    return events.sealed, intake.admitted_here
 
 
 @pytest.mark.parametrize("changes", ["none", "unavailable", "smaller batches"])
