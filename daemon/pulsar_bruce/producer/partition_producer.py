@@ -77,10 +77,10 @@ class PartitionProducer:
     """Batching and delivery state of one partition's producer."""
 
     __slots__ = (
+        "_max_batch_bytes",
         "batch",
         "closing",
         "compression_tries",
-        "max_batch_bytes",
         "max_message_size",
         "name",
         "name_is_ours",
@@ -111,8 +111,7 @@ class PartitionProducer:
         self.name: str | None = None
         #: True when ``name`` is ours (stable across restarts), not the broker's choice.
         self.name_is_ours = False
-        #: The policy's limit, lowered to what fits the broker's max message size.
-        self.max_batch_bytes = policy.max_bytes
+        self._max_batch_bytes = policy.max_bytes
         self.max_message_size = DEFAULT_MAX_MESSAGE_SIZE
         self._limits_changed()
         self.compression_tries = CompressionTries()
@@ -143,8 +142,14 @@ class PartitionProducer:
     def available(self, available: bool) -> None:
         self.state.available = available
 
+    @property
+    def max_batch_bytes(self) -> int:
+        """The policy's limit, lowered to what fits the broker's max message size (changed by
+        :meth:`set_policy` and :meth:`limit_batch_bytes` only, which keep the state current)."""
+        return self._max_batch_bytes
+
     def _limits_changed(self) -> None:
-        self.state.limits(self.max_batch_bytes, self.policy.max_messages, self.policy.key_based)
+        self.state.limits(self._max_batch_bytes, self.policy.max_messages, self.policy.key_based)
 
     # -- batching -------------------------------------------------------------
 
@@ -179,7 +184,7 @@ class PartitionProducer:
 
     def limit_batch_bytes(self, limit: int) -> None:
         """Keep batches at most ``limit`` bytes (the topic's own size limit, learnt)."""
-        self.max_batch_bytes = min(self.max_batch_bytes, limit)
+        self._max_batch_bytes = min(self._max_batch_bytes, limit)
         self._limits_changed()
 
     def publish_as(self, sender: str, first_sequence_id: int) -> None:
@@ -232,7 +237,7 @@ class PartitionProducer:
     def set_policy(self, policy: BatchPolicy) -> None:
         """New batching rules (configuration reload); the open batch keeps its messages."""
         self.policy = policy
-        self.max_batch_bytes = min(policy.max_bytes, self.max_message_size - SEND_FRAME_OVERHEAD)
+        self._max_batch_bytes = min(policy.max_bytes, self.max_message_size - SEND_FRAME_OVERHEAD)
         self._limits_changed()
 
     def on_disconnected(self) -> None:

@@ -58,13 +58,14 @@ class Appender:
         confirmation: Confirmation | None,
     ) -> None:
         """Append one message to ``producer``'s open batch, sealing it when full; a delayed
-        message (``parse/deliver_at.py``) is never batched: sealed before and after."""
-        batch = producer.batch
+        message (``parse/deliver_at.py``) is never batched: sealed before and after.  The
+        limits are the producer's state, which the compiled admitter reads too."""
+        batch, limits = producer.batch, producer.state
         delayed = key_field and key_field[0] == _DELAYED and key_field.startswith(DELIVER_AT_TAG)
-        if batch.count and (delayed or batch.charged + charge > producer.max_batch_bytes):
+        if batch.count and (delayed or batch.charged + charge > limits.max_batch_bytes):
             self.seal(producer)
         into = batch  # the batch the message goes into: with key-based batching, its key's
-        if batch.keys is not None or (not batch.count and producer.policy.key_based):
+        if batch.keys is not None or (not batch.count and limits.key_based):
             into = batch.key_batch(key_field, charge)  # (the policy counts when a batch opens)
         into.append(key_field, timestamp, data, value_offset, charge)
         if confirmation is not None or into.tags is not None:
@@ -73,8 +74,8 @@ class Appender:
             self.events.batch_opened(producer)
         if (
             delayed
-            or batch.count >= producer.policy.max_messages
-            or batch.charged >= producer.max_batch_bytes
+            or batch.count >= limits.max_messages
+            or batch.charged >= limits.max_batch_bytes
         ):
             self.seal(producer)
 
