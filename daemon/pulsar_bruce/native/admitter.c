@@ -3,15 +3,15 @@
 /* ------------------------------------------------------------------ Admitter */
 
 /* Intake.admit_py (route/intake.py) for the common case, in C: a valid message for a
- * known topic that has producers, within its size and rate limits, with memory to
+ * known topic that has partitions, within its size and rate limits, with memory to
  * spare.  Everything else (a discard, a new topic, the disk spool, stream
- * backpressure, a topic still waiting for its partition count) goes to admit_py whole,
- * before any side effect, so the Python intake decides it exactly as it does alone.
- * The steps and their order mirror admit_py and the one admission rule it shares with
- * the spool's replay and the messages that waited for their topic: prepare() and
- * Appender.place/append (route/appender.py), Topic.choose (route/router.py); the
- * differential tests run one workload through both and compare every batch, frame and
- * discard. */
+ * backpressure, a topic still waiting for its partition count, a delayed message) goes
+ * to admit_py whole, before any side effect, so the Python intake decides it exactly as
+ * it does alone.  The steps and their order mirror admit_py and the one admission rule
+ * it shares with the spool's replay and the messages that waited for their topic:
+ * prepare() and Appender.place/append (route/appender.py); the partition is chosen by
+ * pb_choose (state.c), which Topic.choose runs too.  The differential tests run one
+ * workload through both intakes and compare every batch, frame and discard. */
 
 /* Before any Python code runs: the pending acceptances are told, the cache goes. */
 int pb_settle(Admitter *self) {

@@ -2,7 +2,7 @@
  * knows of a partition (PartitionState) and of a topic (TopicState), and the one partition
  * choice rule.  The Python side changes it only through these types' declared members and
  * methods (_intake.pyi); the admitter reads their structs, never a Python object's
- * attributes.  Twins: model/confirmation.py TagRun, producer/partition_state.py
+ * attributes.  Twins: model/confirmation.py _PyTagRun, producer/partition_state.py
  * PyPartitionState, route/topic_state.py PyTopicState (tests/unit/daemon/native/
  * test_state.py runs both through the same operations). */
 #include "intake.h"
