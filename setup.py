@@ -26,6 +26,7 @@ setup(
                     "module.c",
                     "parse.c",
                     "entries.c",
+                    "state.c",
                     "admitter.c",
                     "admitter_append.c",
                     "stamp.c",

@@ -59,7 +59,7 @@ def measure() -> tuple[float, float]:
     producers = [PartitionProducer(f"t-partition-{i}", i, i + 1, BatchPolicy()) for i in range(4)]
     for producer in producers:
         producer.ready = True
-    topic.producers.extend(producers)
+    topic.attach(producers)
     topic.partitioned = True
     appender.route_waiting(topic)
     admit, admit_slab, slab = intake.admit, intake.admit_datagrams, [datagram] * SLAB

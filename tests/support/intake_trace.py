@@ -120,7 +120,7 @@ def run(seed: int) -> dict[str, Any]:
         if name == "plain":  # one partition down (failover), one being re-created (waited for)
             producers[2].ready = producers[2].available = False
             producers[3].ready = False
-        topic.producers.extend(producers)
+        topic.attach(producers)
         topic.partitioned = True
         if key_based:
             topic.key_hash = HASHERS[KeyRouting.MURMUR3]

@@ -26,7 +26,7 @@ from pulsar_bruce.frame.codec import decode_frame_body
 from pulsar_bruce.frame.wire import varint
 from pulsar_bruce.model.batch import JournalEntry, SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation, TagRun, add_tag, split_tags
-from pulsar_bruce.native import compiled
+from pulsar_bruce.native import pick
 
 _U32 = struct.Struct(">I")
 
@@ -58,7 +58,7 @@ _PAYLOAD_SIZE_FIELDS = tuple(_TAG_PAYLOAD_SIZE + varint(n) for n in range(_PAYLO
 class _PyEntries:
     """A batch's entries: the pure-Python twin of ``native._intake.Entries``."""
 
-    __slots__ = ("_event_time", "_event_time_field", "buffer", "charged", "count", "keys")
+    __slots__ = ("_event_time", "_event_time_field", "buffer", "charged", "count", "keys", "tags")
 
     def __init__(self) -> None:
         self.buffer = bytearray()
@@ -70,6 +70,8 @@ class _PyEntries:
         #: messages; ``count`` and ``charged`` are then their totals, and this buffer stays
         #: empty.  None: one batch for all keys.
         self.keys: dict[bytes, BatchBuilder] | None = None
+        #: Run-length confirmation tags, allocated by the first stream message only.
+        self.tags: list[TagRun] | None = None
         self._event_time = 0
         self._event_time_field = b""
 
@@ -122,23 +124,22 @@ class _PyEntries:
         return payload
 
 
-# The compiled entries when the compiled intake runs (see ``native``); same interface.
-if TYPE_CHECKING or compiled is None:  # noqa: SIM108 - mypy takes a base class from a block only
-    _Entries = _PyEntries
+# The compiled entries when the compiled intake runs (see ``native``); same interface
+# (``_intake.pyi``, which mypy checks BatchBuilder against).
+if TYPE_CHECKING:
+    from pulsar_bruce.native import Entries as _Entries
 else:
-    _Entries = compiled.Entries
+    _Entries = pick("Entries", _PyEntries)
 
 
 class BatchBuilder(_Entries):
     """The open batch of one partition: its entries and confirmation tags (or, with
     key-based batching, one such batch per key in ``keys``)."""
 
-    __slots__ = ("journal", "tags")
+    __slots__ = ("journal",)
 
     def __init__(self) -> None:
         super().__init__()
-        #: Run-length confirmation tags, allocated by the first stream message only.
-        self.tags: list[TagRun] | None = None
         #: What the write-ahead journal holds of this batch (None: nothing, or no journal).
         self.journal: JournalEntry | None = None
 

@@ -239,7 +239,7 @@ class TopicManager:
             new.append(producer)
             attached.append(producer)
         topic.partitioned = count > 0
-        topic.producers.extend(attached)
+        topic.attach(attached)
         self.appender.route_waiting(topic)
         for producer in new:
             self.drivers[producer.producer_id].start()

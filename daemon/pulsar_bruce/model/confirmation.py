@@ -11,6 +11,9 @@ one of the same connection, has nothing outstanding.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pulsar_bruce.native import pick
 
 
 class Confirmation:
@@ -41,14 +44,22 @@ class Confirmation:
         self.discarded[reason] = self.discarded.get(reason, 0) + 1
 
 
-class TagRun:
-    """``count`` consecutive messages of a batch that belong to ``tag`` (None: a datagram)."""
+class _PyTagRun:
+    """``count`` consecutive messages of a batch that belong to ``tag`` (None: a datagram):
+    the pure-Python twin of ``native._intake.TagRun``, whose runs the compiled admitter
+    extends itself."""
 
     __slots__ = ("count", "tag")
 
     def __init__(self, tag: Confirmation | None, count: int = 1):
         self.tag = tag
         self.count = count
+
+
+if TYPE_CHECKING:
+    from pulsar_bruce.native import TagRun as TagRun
+else:
+    TagRun = pick("TagRun", _PyTagRun)
 
 
 def add_tag(tags: list[TagRun], tag: Confirmation | None) -> None:

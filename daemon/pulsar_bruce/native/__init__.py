@@ -12,13 +12,33 @@ identically (the differential tests compare them byte for byte).
 ``PULSAR_BRUCE_INTAKE=python`` chooses the fallback on purpose (the test suite
 runs once each way); ``=compiled`` makes a missing extension an error the
 command line reports (:data:`INTAKE_CHOICE_ERROR`).
+
+``_intake.pyi`` is the whole contract between the two sides: mypy checks the Python
+side against it, through the types re-exported here for annotations.
 """
 
 from __future__ import annotations
 
 import os
 from types import ModuleType
-from typing import TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
+
+if TYPE_CHECKING:  # the compiled types, as _intake.pyi declares them
+    from pulsar_bruce.native._intake import (
+        Admitter as Admitter,
+    )
+    from pulsar_bruce.native._intake import (
+        Entries as Entries,
+    )
+    from pulsar_bruce.native._intake import (
+        PartitionState as PartitionState,
+    )
+    from pulsar_bruce.native._intake import (
+        TagRun as TagRun,
+    )
+    from pulsar_bruce.native._intake import (
+        TopicState as TopicState,
+    )
 
 #: The environment switch.
 INTAKE_ENV = "PULSAR_BRUCE_INTAKE"
@@ -59,3 +79,9 @@ def pick(name: str, twin: _Twin) -> _Twin:
     if compiled is None:
         return twin
     return cast(_Twin, getattr(compiled, name))
+
+
+def admitter() -> type[Admitter] | None:
+    """The compiled admitter's type where the compiled intake runs, else None (the pure-Python
+    intake has no admitter: ``Intake.admit_py`` takes every message)."""
+    return None if compiled is None else cast("type[Admitter]", compiled.Admitter)

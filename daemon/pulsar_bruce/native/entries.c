@@ -17,17 +17,20 @@ static int entries_reserve(Entries *self, Py_ssize_t more) {
 
 static int entries_traverse(Entries *self, visitproc visit, void *arg) {
     Py_VISIT(self->keys);
+    Py_VISIT(self->tags);
     return 0;
 }
 
 static int entries_clear(Entries *self) {
     Py_CLEAR(self->keys);
+    Py_CLEAR(self->tags);
     return 0;
 }
 
 static void entries_dealloc(Entries *self) {
     PyObject_GC_UnTrack(self);
     Py_CLEAR(self->keys);
+    Py_CLEAR(self->tags);
     PyMem_Free(self->data);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -191,6 +194,20 @@ static int entries_set_keys(Entries *self, PyObject *value, void *c) {
     Py_XSETREF(self->keys, keys);
     return 0;
 }
+static PyObject *entries_get_tags(Entries *self, void *c) {
+    PyObject *tags = self->tags ? self->tags : Py_None;
+    Py_INCREF(tags);
+    return tags;
+}
+static int entries_set_tags(Entries *self, PyObject *value, void *c) {
+    if (value && value != Py_None && !PyList_CheckExact(value)) {
+        PyErr_SetString(PyExc_TypeError, "tags must be a list or None");
+        return -1;
+    }
+    PyObject *tags = value && value != Py_None ? (Py_INCREF(value), value) : NULL;
+    Py_XSETREF(self->tags, tags);
+    return 0;
+}
 static int entries_set_charged(Entries *self, PyObject *v, void *c) { return entries_set_long(&self->charged, v); }
 
 static PyMethodDef entries_methods[] = {
@@ -209,6 +226,8 @@ static PyGetSetDef entries_getset[] = {
      "memory charged for them", NULL},
     {"keys", (getter)entries_get_keys, (setter)entries_set_keys,
      "key-based batching: each key's open batch, by key field (None: one batch)", NULL},
+    {"tags", (getter)entries_get_tags, (setter)entries_set_tags,
+     "the confirmation runs (a list of TagRun; None: none yet)", NULL},
     {NULL},
 };
 

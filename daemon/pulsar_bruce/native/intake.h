@@ -5,6 +5,9 @@
  *               (parse/datagram.py parse_datagram_py, input/stream_session.py split_records_py)
  *   entries.c   a batch's entry buffer (batch/batch_builder.py _PyEntries), each key's
  *               batch with key-based batching (BatchBuilder.key_batch)
+ *   state.c     what the admitter knows of a topic and of a partition, and the partition
+ *               choice (route/topic_state.py PyTopicState, producer/partition_state.py
+ *               PyPartitionState), and a batch's confirmation runs (model/confirmation.py)
  *   admitter.c  Intake.admit for the common case (route/intake.py admit_py)
  *   stamp.c     per-entry sequence ids at first send (batch/entries.py stamp_sequence_ids_py)
  *   receiver.c  the recvmmsg receive thread, without the GIL (input/socket_reader.py)
@@ -55,15 +58,17 @@ static inline unsigned char *put_varint(unsigned char *out, uint64_t n) {
 #define DELIVER_AFTER_TAG0 0xC8
 #define DELIVER_TAG1 0x3E
 
-/* A parsed AnyPartition or PartitionKey datagram: views into the datagram's bytes. */
+/* A parsed datagram or stream record: views into its bytes, and a Message record's
+ * metadata fields (delivery time, properties: a new reference, NULL for the other formats). */
 typedef struct {
     Py_ssize_t topic_start, topic_end, key_start, key_end, value_start;
     int64_t partition_key, timestamp;
     int is_record;  /* ApiKey 260: pb_parse_message() does the rest */
+    PyObject *fields;
 } View;
 
 PyObject *pb_parse_view(const unsigned char *p, Py_ssize_t length, View *view);
-PyObject *pb_parse_message(PyObject *data, int api_version);
+int pb_parse_message(const unsigned char *p, Py_ssize_t length, View *view, PyObject **why);
 PyObject *pb_parse_datagram(PyObject *module, PyObject *data);
 PyObject *pb_split_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
@@ -73,6 +78,7 @@ typedef struct {
     Py_ssize_t size, capacity;
     long long count, charged;
     PyObject *keys;  /* key-based batching: each key's open batch (a dict), or NULL */
+    PyObject *tags;  /* the confirmation runs (a list of TagRun), or NULL: none yet */
 } Entries;
 
 extern PyTypeObject pb_EntriesType;
@@ -84,9 +90,44 @@ Entries *pb_key_batch(Entries *root, PyObject *key_field, long long charge);
 PyObject *pb_stamp_sequence_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *pb_write_then_consume(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
+/* ``count`` consecutive messages of a batch that belong to ``tag`` (model/confirmation.py). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *tag;  /* a stream connection's Confirmation, or None */
+    long long count;
+} TagRun;
+
+/* What the admitter knows of one partition's producer; the producer keeps it current
+ * (producer/partition_state.py is the twin). */
+typedef struct {
+    PyObject_HEAD
+    Entries *batch;   /* the open batch (the producer's BatchBuilder), never replaced */
+    PyObject *owner;  /* the producer: handed back to the seal and opened callbacks */
+    int ready, available;
+    long long max_batch_bytes, max_messages;  /* saturated at LLONG_MAX */
+    int key_based;
+} PartitionState;
+
+/* What the admitter knows of one topic: its partitions in order, the round-robin position,
+ * the limits (route/topic_state.py is the twin, with the same choice rule). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *partitions;  /* a tuple of PartitionState */
+    long long round_robin;
+    long long max_message_bytes;  /* saturated at LLONG_MAX */
+    int limited;                  /* rate_budget is not None */
+    long long rate_budget;
+    PyObject *key_hash;           /* key routing's hash, or NULL */
+} TopicState;
+
+extern PyTypeObject pb_TagRunType, pb_PartitionStateType, pb_TopicStateType;
+/* TopicState.choose: the index of the partition for ``partition_key`` (-1: round-robin);
+ * the topic has partitions. */
+Py_ssize_t pb_choose(TopicState *topic, long long partition_key);
+/* A Python int as a limit: beyond long long it saturates (0, or -1 with an exception). */
+int pb_as_limit(PyObject *value, long long *out);
+
 extern PyTypeObject pb_AdmitterType;
-/* Interns the attribute names the admitter reads; 0, or -1 with an exception. */
-int pb_admitter_names(void);
 
 extern PyTypeObject pb_ReceiverType;
 

@@ -26,10 +26,12 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__intake(void) {
-    if (PyType_Ready(&pb_EntriesType) < 0 || PyType_Ready(&pb_ReceiverType) < 0 ||
-        PyType_Ready(&pb_AdmitterType) < 0)
-        return NULL;
-    if (pb_admitter_names() < 0) return NULL;
+    PyTypeObject *types[] = {&pb_EntriesType, &pb_TagRunType, &pb_PartitionStateType,
+                             &pb_TopicStateType, &pb_AdmitterType, &pb_ReceiverType};
+    const char *type_names[] = {"Entries", "TagRun", "PartitionState", "TopicState", "Admitter",
+                                "Receiver"};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (PyType_Ready(types[i]) < 0) return NULL;
     R_MALFORMED = PyUnicode_InternFromString("malformed");
     R_UNSUPPORTED_API_KEY = PyUnicode_InternFromString("unsupported_api_key");
     R_UNSUPPORTED_VERSION = PyUnicode_InternFromString("unsupported_version");
@@ -38,14 +40,11 @@ PyMODINIT_FUNC PyInit__intake(void) {
         return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (!module) return NULL;
-    Py_INCREF(&pb_EntriesType);
-    Py_INCREF(&pb_ReceiverType);
-    Py_INCREF(&pb_AdmitterType);
-    if (PyModule_AddObject(module, "Entries", (PyObject *)&pb_EntriesType) < 0 ||
-        PyModule_AddObject(module, "Admitter", (PyObject *)&pb_AdmitterType) < 0 ||
-        PyModule_AddObject(module, "Receiver", (PyObject *)&pb_ReceiverType) < 0) {
-        Py_DECREF(module);
-        return NULL;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        if (PyModule_AddObjectRef(module, type_names[i], (PyObject *)types[i]) < 0) {
+            Py_DECREF(module);
+            return NULL;
+        }
     }
     return module;
 }

@@ -6,81 +6,87 @@
 
 static PyObject *reason(PyObject *which) { Py_INCREF(which); return which; }
 
-static PyObject *result(PyObject *data, Py_ssize_t topic_start, Py_ssize_t topic_end,
-                        PyObject *partition_key, int64_t timestamp, Py_ssize_t key_start,
-                        Py_ssize_t key_end, Py_ssize_t value_start, PyObject *fields) {
+/* The parse result as Python sees it (parse/datagram.py's tuple): built from a View. */
+static PyObject *result(PyObject *data, const View *view) {
     const char *p = PyBytes_AS_STRING(data);
-    PyObject *topic = PyBytes_FromStringAndSize(p + topic_start, topic_end - topic_start);
-    PyObject *key = PyBytes_FromStringAndSize(p + key_start, key_end - key_start);
-    PyObject *ts = PyLong_FromLongLong(timestamp);
-    PyObject *offset = PyLong_FromSsize_t(value_start);
+    PyObject *topic = PyBytes_FromStringAndSize(p + view->topic_start,
+                                                view->topic_end - view->topic_start);
+    PyObject *key = PyBytes_FromStringAndSize(p + view->key_start,
+                                              view->key_end - view->key_start);
+    PyObject *partition_key = PyLong_FromLongLong(view->partition_key);
+    PyObject *ts = PyLong_FromLongLong(view->timestamp);
+    PyObject *offset = PyLong_FromSsize_t(view->value_start);
+    PyObject *fields = view->fields ? view->fields : EMPTY_BYTES;
     PyObject *out = NULL;
-    if (topic && key && ts && offset && partition_key && fields)
+    if (topic && key && ts && offset && partition_key)
         out = PyTuple_Pack(6, topic, partition_key, ts, key, offset, fields);
     Py_XDECREF(topic); Py_XDECREF(key); Py_XDECREF(ts); Py_XDECREF(offset);
-    Py_XDECREF(partition_key); Py_XDECREF(fields);
+    Py_XDECREF(partition_key);
     return out;
 }
 
-/* A Message record (ApiKey 260): Bruce's fields plus properties, and a delivery time. */
-PyObject *pb_parse_message(PyObject *data, int api_version) {
-    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
-    Py_ssize_t length = PyBytes_GET_SIZE(data);
-    if (api_version != 0) return reason(R_UNSUPPORTED_VERSION);
-    if (length < 16) return reason(R_MALFORMED);
+static int refuse(PyObject **why, PyObject *which) { *why = which; return 1; }
+
+/* A Message record (ApiKey 260): Bruce's fields plus properties, and a delivery time, into
+ * ``view`` (its ``fields`` a new reference).  0; 1 with *why the discard reason (borrowed);
+ * -1 with an exception. */
+int pb_parse_message(const unsigned char *p, Py_ssize_t length, View *view, PyObject **why) {
+    int api_version = rd_i16(p + 6);
+    if (api_version != 0) return refuse(why, R_UNSUPPORTED_VERSION);
+    if (length < 16) return refuse(why, R_MALFORMED);
     int flags = rd_i16(p + 8);
     int64_t partition_key = rd_u32(p + 10);
     int topic_size = rd_i16(p + 14);
     int delay_flag = flags & (FLAG_DELIVER_AT | FLAG_DELIVER_AFTER);
     if ((flags & ~(FLAG_PARTITION_KEY | FLAG_DELIVER_AT | FLAG_DELIVER_AFTER)) ||
         delay_flag == (FLAG_DELIVER_AT | FLAG_DELIVER_AFTER) || topic_size <= 0)
-        return reason(R_MALFORMED);
+        return refuse(why, R_MALFORMED);
     if (!(flags & FLAG_PARTITION_KEY)) partition_key = -1;
     Py_ssize_t topic_end = 16 + topic_size;
     Py_ssize_t delay_size = delay_flag ? 8 : 0;
-    if (topic_end + 12 + delay_size > length) return reason(R_MALFORMED);
+    if (topic_end + 12 + delay_size > length) return refuse(why, R_MALFORMED);
     int64_t timestamp = rd_i64(p + topic_end);
     int64_t delay = delay_flag ? rd_i64(p + topic_end + 8) : 0;
-    if (delay < 0 || (delay_flag == FLAG_DELIVER_AT && delay == 0)) return reason(R_MALFORMED);
+    if (delay < 0 || (delay_flag == FLAG_DELIVER_AT && delay == 0)) return refuse(why, R_MALFORMED);
     topic_end += delay_size;  /* from here on: where the Timestamp's 8 bytes would end */
     int64_t key_size = rd_i32(p + topic_end + 8);
     Py_ssize_t key_start = topic_end + 12;
     int64_t offset = key_start + key_size;
-    if (key_size < 0 || offset + 2 > length) return reason(R_MALFORMED);
+    if (key_size < 0 || offset + 2 > length) return refuse(why, R_MALFORMED);
     int count = rd_i16(p + offset);
     offset += 2;
-    if (count < 0) return reason(R_MALFORMED);
+    if (count < 0) return refuse(why, R_MALFORMED);
     /* First pass: validate and size the encoded properties; second: write them. */
     int64_t fields_size = delay_flag ? 2 + varint_size((uint64_t)delay) : 0, scan = offset;
     for (int i = 0; i < count; i++) {
-        if (scan + 2 > length) return reason(R_MALFORMED);
+        if (scan + 2 > length) return refuse(why, R_MALFORMED);
         int64_t name_size = rd_i16(p + scan);
         int64_t name_end = scan + 2 + name_size;
-        if (name_size < 0 || name_end + 4 > length) return reason(R_MALFORMED);
+        if (name_size < 0 || name_end + 4 > length) return refuse(why, R_MALFORMED);
         int64_t value_size = rd_i32(p + name_end);
         int64_t value_end = name_end + 4 + value_size;
-        if (value_size < 0 || value_end > length) return reason(R_MALFORMED);
+        if (value_size < 0 || value_end > length) return refuse(why, R_MALFORMED);
         PyObject *text = PyUnicode_DecodeUTF8((const char *)p + scan + 2, name_size, "strict");
         if (text) {
             Py_DECREF(text);
             text = PyUnicode_DecodeUTF8((const char *)p + name_end + 4, value_size, "strict");
         }
         if (!text) {  /* protobuf strings must be UTF-8 */
-            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return NULL;
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return -1;
             PyErr_Clear();
-            return reason(R_MALFORMED);
+            return refuse(why, R_MALFORMED);
         }
         Py_DECREF(text);
         int64_t pair = 1 + varint_size(name_size) + name_size + 1 + varint_size(value_size) + value_size;
         fields_size += 1 + varint_size(pair) + pair;
         scan = value_end;
     }
-    if (scan + 4 > length) return reason(R_MALFORMED);
+    if (scan + 4 > length) return refuse(why, R_MALFORMED);
     int64_t value_size = rd_i32(p + scan);
     int64_t value_start = scan + 4;
-    if (value_size < 0 || value_start + value_size != length) return reason(R_MALFORMED);
+    if (value_size < 0 || value_start + value_size != length) return refuse(why, R_MALFORMED);
     PyObject *fields = PyBytes_FromStringAndSize(NULL, fields_size);
-    if (!fields) return NULL;
+    if (!fields) return -1;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(fields);
     if (delay_flag) {
         *out++ = delay_flag == FLAG_DELIVER_AT ? DELIVER_AT_TAG0 : DELIVER_AFTER_TAG0;
@@ -99,8 +105,15 @@ PyObject *pb_parse_message(PyObject *data, int api_version) {
         memcpy(out, p + name_end + 4, value_size_i); out += value_size_i;
         offset = name_end + 4 + value_size_i;
     }
-    return result(data, 16, topic_end - delay_size, PyLong_FromLongLong(partition_key), timestamp,
-                  key_start, key_start + key_size, value_start, fields);
+    view->topic_start = 16;
+    view->topic_end = topic_end - delay_size;
+    view->partition_key = partition_key;
+    view->timestamp = timestamp;
+    view->key_start = key_start;
+    view->key_end = key_start + key_size;
+    view->value_start = value_start;
+    view->fields = fields;
+    return 0;
 }
 
 
@@ -159,10 +172,14 @@ PyObject *pb_parse_datagram(PyObject *module, PyObject *data) {
     View view = {0};
     PyObject *why = pb_parse_view(p, PyBytes_GET_SIZE(data), &view);
     if (why) return reason(why);
-    if (view.is_record) return pb_parse_message(data, rd_i16(p + 6));
-    Py_INCREF(EMPTY_BYTES);
-    return result(data, view.topic_start, view.topic_end, PyLong_FromLongLong(view.partition_key),
-                  view.timestamp, view.key_start, view.key_end, view.value_start, EMPTY_BYTES);
+    if (view.is_record) {
+        int parsed = pb_parse_message(p, PyBytes_GET_SIZE(data), &view, &why);
+        if (parsed < 0) return NULL;
+        if (parsed) return reason(why);
+    }
+    PyObject *out = result(data, &view);
+    Py_XDECREF(view.fields);
+    return out;
 }
 
 /* ------------------------------------------------------------- split_records */

@@ -37,6 +37,7 @@ from pulsar_bruce.model.schema import NO_SCHEMA, ProducerSchema
 from pulsar_bruce.parse.deliver_at import is_delayed
 from pulsar_bruce.producer.batch_queue import BatchQueue, ReceiptMatch
 from pulsar_bruce.producer.framing import SEND_FRAME_OVERHEAD, frame_batch, frame_single
+from pulsar_bruce.producer.partition_state import PartitionState
 from pulsar_bruce.producer.sequence_ids import Renumbered
 
 __all__ = ["SEND_FRAME_OVERHEAD", "BatchPolicy", "Outgoing", "PartitionProducer", "ReceiptMatch"]
@@ -76,11 +77,10 @@ class PartitionProducer:
     """Batching and delivery state of one partition's producer."""
 
     __slots__ = (
-        "available",
+        "_max_batch_bytes",
         "batch",
         "closing",
         "compression_tries",
-        "max_batch_bytes",
         "max_message_size",
         "name",
         "name_is_ours",
@@ -88,9 +88,9 @@ class PartitionProducer:
         "policy",
         "producer_id",
         "queue",
-        "ready",
         "retiring",
         "schema_version",
+        "state",
         "topic",
         "unjournalled",
     )
@@ -101,21 +101,19 @@ class PartitionProducer:
         self.producer_id = producer_id
         self.policy = policy
         self.batch = BatchBuilder()
+        #: What the intake reads of this producer (``ready``, ``available``, the open batch,
+        #: the batching limits): kept current here, whenever one of them changes.
+        self.state = PartitionState(self.batch, self)
         #: The sealed batches and their ids: read them here, change them through its methods.
         self.queue = BatchQueue()
-        self.ready = False
-        #: For PartitionKey routing (Bruce's "available"): ready, or being created or
-        #: re-created and not yet failed; the driver clears it when the partition cannot be
-        #: reached or stays away past the failover grace, and :meth:`on_registered` sets it.
-        self.available = True
         #: Being closed on the broker (to be re-created): nothing is written, receipts still count.
         self.closing = False
         self.name: str | None = None
         #: True when ``name`` is ours (stable across restarts), not the broker's choice.
         self.name_is_ours = False
-        #: The policy's limit, lowered to what fits the broker's max message size.
-        self.max_batch_bytes = policy.max_bytes
+        self._max_batch_bytes = policy.max_bytes
         self.max_message_size = DEFAULT_MAX_MESSAGE_SIZE
+        self._limits_changed()
         self.compression_tries = CompressionTries()
         #: With a write-ahead journal: batches queued since it last looked (None: no journal).
         self.unjournalled: list[SealedBatch] | None = None
@@ -123,6 +121,35 @@ class PartitionProducer:
         self.schema_version = b""
         #: Its sender is gone: closed on the broker once nothing is left to settle.
         self.retiring = False
+
+    @property
+    def ready(self) -> bool:
+        """Registered on its connection: writes, and takes new messages."""
+        return self.state.ready
+
+    @ready.setter
+    def ready(self, ready: bool) -> None:
+        self.state.ready = ready
+
+    @property
+    def available(self) -> bool:
+        """For PartitionKey routing (Bruce's "available"): ready, or being created or
+        re-created and not yet failed; the driver clears it when the partition cannot be
+        reached or stays away past the failover grace, and :meth:`on_registered` sets it."""
+        return self.state.available
+
+    @available.setter
+    def available(self, available: bool) -> None:
+        self.state.available = available
+
+    @property
+    def max_batch_bytes(self) -> int:
+        """The policy's limit, lowered to what fits the broker's max message size (changed by
+        :meth:`set_policy` and :meth:`limit_batch_bytes` only, which keep the state current)."""
+        return self._max_batch_bytes
+
+    def _limits_changed(self) -> None:
+        self.state.limits(self._max_batch_bytes, self.policy.max_messages, self.policy.key_based)
 
     # -- batching -------------------------------------------------------------
 
@@ -157,7 +184,8 @@ class PartitionProducer:
 
     def limit_batch_bytes(self, limit: int) -> None:
         """Keep batches at most ``limit`` bytes (the topic's own size limit, learnt)."""
-        self.max_batch_bytes = min(self.max_batch_bytes, limit)
+        self._max_batch_bytes = min(self._max_batch_bytes, limit)
+        self._limits_changed()
 
     def publish_as(self, sender: str, first_sequence_id: int) -> None:
         """Publish under a stream sender's name and ids (``exactly_once.py``): ids are given
@@ -209,7 +237,8 @@ class PartitionProducer:
     def set_policy(self, policy: BatchPolicy) -> None:
         """New batching rules (configuration reload); the open batch keeps its messages."""
         self.policy = policy
-        self.max_batch_bytes = min(policy.max_bytes, self.max_message_size - SEND_FRAME_OVERHEAD)
+        self._max_batch_bytes = min(policy.max_bytes, self.max_message_size - SEND_FRAME_OVERHEAD)
+        self._limits_changed()
 
     def on_disconnected(self) -> None:
         """The connection (or the broker's producer) is gone; everything pending goes again."""

@@ -58,14 +58,14 @@ class Appender:
         confirmation: Confirmation | None,
     ) -> None:
         """Append one message to ``producer``'s open batch, sealing it when full; a delayed
-        message (``parse/deliver_at.py``) is never batched: sealed before and after."""
-        batch = producer.batch
+        message (``parse/deliver_at.py``) is never batched: sealed before and after.  The
+        limits are the producer's state, which the compiled admitter reads too."""
+        batch, limits = producer.batch, producer.state
         delayed = key_field and key_field[0] == _DELAYED and key_field.startswith(DELIVER_AT_TAG)
-        if batch.count and (delayed or batch.charged + charge > producer.max_batch_bytes):
-            producer.seal()
-            self.events.batch_sealed(producer)
+        if batch.count and (delayed or batch.charged + charge > limits.max_batch_bytes):
+            self.seal(producer)
         into = batch  # the batch the message goes into: with key-based batching, its key's
-        if batch.keys is not None or (not batch.count and producer.policy.key_based):
+        if batch.keys is not None or (not batch.count and limits.key_based):
             into = batch.key_batch(key_field, charge)  # (the policy counts when a batch opens)
         into.append(key_field, timestamp, data, value_offset, charge)
         if confirmation is not None or into.tags is not None:
@@ -74,11 +74,21 @@ class Appender:
             self.events.batch_opened(producer)
         if (
             delayed
-            or batch.count >= producer.policy.max_messages
-            or batch.charged >= producer.max_batch_bytes
+            or batch.count >= limits.max_messages
+            or batch.charged >= limits.max_batch_bytes
         ):
-            producer.seal()
-            self.events.batch_sealed(producer)
+            self.seal(producer)
+
+    def seal(self, producer: PartitionProducer) -> None:
+        """Seal ``producer``'s open batch (full, or around a delayed message) and tell the edge
+        (the compiled admitter calls this too)."""
+        producer.seal()
+        self.events.batch_sealed(producer)
+
+    def opened(self, producer: PartitionProducer) -> None:
+        """The first message went into ``producer``'s empty batch (for the compiled admitter:
+        the edge it tells is the one the appender has now)."""
+        self.events.batch_opened(producer)
 
     def place(
         self,

@@ -10,7 +10,10 @@ at all: the stream edge offers it again later (backpressure, never the spool).
 With the compiled intake (``native``), :attr:`Intake.admit` is a C function
 that takes the common case itself (a valid message for a known, routed topic,
 within its limits, with memory to spare) and hands everything else, whole and
-before any side effect, to :meth:`Intake.admit_py`, the reference.
+before any side effect, to :meth:`Intake.admit_py`, the reference.  It reads
+only the state it owns (each topic's ``TopicState``, each partition's
+``PartitionState``, which the Python side keeps current) and calls back only
+through what it is constructed with here (``native/_intake.pyi``).
 
 Work that needs I/O or a clock (a new topic's partition count, linger timers,
 writing sealed batches) is handed to the edge by the topic registry and the
@@ -25,11 +28,11 @@ from collections.abc import Callable
 from typing import Protocol
 
 from pulsar_bruce import reasons
-from pulsar_bruce.batch.batch_builder import encode_key_field
+from pulsar_bruce.batch.batch_builder import BatchBuilder, encode_key_field
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation
 from pulsar_bruce.model.ledger import ENTRY_OVERHEAD, Ledger
-from pulsar_bruce.native import compiled
+from pulsar_bruce.native import admitter
 from pulsar_bruce.parse.datagram import parse_datagram, pin_delivery_time
 from pulsar_bruce.parse.deliver_at import epoch_ms
 from pulsar_bruce.route.appender import Appender, prepare
@@ -85,18 +88,49 @@ class Intake:
         self.outcomes = outcomes
         #: Now, in epoch ms: where a message's "deliver after" counts from.
         self.clock_ms = clock_ms
-        #: The largest message any topic takes (the socket reader's buffer size).
-        self.max_message_bytes = max_message_bytes
+        self._max_message_bytes = max_message_bytes
         #: Admit one message (see :meth:`admit_py`): the compiled admitter where it is built.
         self.admit: Admit = self.admit_py
         #: Admit a run of stream records (see :meth:`admit_records_py`), compiled likewise.
         self.admit_records: AdmitRecords = self.admit_records_py
-        if compiled is not None:
-            admitter = compiled.Admitter(
-                self, self.admit_py, topics.by_bytes, ledger, policy, appender.events,
-                encode_key_field, ENTRY_OVERHEAD,
-            )  # fmt: skip
-            self.admit, self.admit_records = admitter.admit, admitter.admit_records
+        compiled_admitter = admitter()
+        self._admitter = None if compiled_admitter is None else compiled_admitter(
+            self.admit_py, topics.states, accepted=self._accepted, headroom=self._headroom,
+            seal=appender.seal, opened=appender.opened, tag_last=BatchBuilder.tag_last,
+            encode_key_field=encode_key_field, entry_overhead=ENTRY_OVERHEAD,
+            max_message_bytes=max_message_bytes,
+        )  # fmt: skip
+        if self._admitter is not None:
+            self.admit, self.admit_records = self._admitter.admit, self._admitter.admit_records
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The largest message any topic takes (the socket reader's buffer size)."""
+        return self._max_message_bytes
+
+    @max_message_bytes.setter
+    def max_message_bytes(self, limit: int) -> None:
+        self._max_message_bytes = limit
+        if self._admitter is not None:
+            self._admitter.max_message_bytes = limit
+
+    @property
+    def admitted_here(self) -> int:
+        """Messages the compiled admitter took without :meth:`admit_py` (for tests and
+        profiles; 0 with the pure-Python intake)."""
+        return 0 if self._admitter is None else self._admitter.admitted_here
+
+    # -- what the compiled admitter calls back (once per call or per batch, not per message)
+
+    def _accepted(self, count: int, charge: int, tag: Confirmation | None) -> None:
+        """``count`` messages of ``charge`` bytes in all, tagged ``tag``, were admitted."""
+        self.ledger.accept_many(count, charge)
+        if tag is not None:
+            tag.outstanding += count
+
+    def _headroom(self) -> int:
+        """The bytes memory can still take (``SpoolPolicy.room_for``'s test)."""
+        return self.policy.memory_limit - self.ledger.buffered_bytes
 
     # -- the hot path -------------------------------------------------------------
 
@@ -107,7 +141,7 @@ class Intake:
         memory cannot take it now; every other message is counted once, as
         accepted, spilled or discarded.
         """
-        if len(data) > self.max_message_bytes:
+        if len(data) > self._max_message_bytes:
             return self.refuse_message(reasons.TOO_LARGE, data, tag)
         parsed = parse_datagram(data)
         if isinstance(parsed, str):
@@ -116,9 +150,10 @@ class Intake:
         topic = self._topic_of(topic_bytes) or self.topics.add(topic_bytes)
         if topic is None:
             return self.refuse_message(reasons.BAD_TOPIC, data, tag)
-        if len(data) > topic.max_message_bytes:
+        state = topic.state
+        if len(data) > state.max_message_bytes:
             return self.refuse_message(reasons.TOO_LARGE, data, tag, topic)
-        budget = topic.rate_budget
+        budget = state.rate_budget
         if budget is not None and budget <= 0:
             return self.refuse_message(reasons.RATE_LIMITED, data, tag, topic)
         key_field, partition_key, charge = prepare(
@@ -139,7 +174,7 @@ class Intake:
         else:
             return self.refuse_message(reasons.BUFFER_FULL, data, None, topic)
         if budget is not None:
-            topic.rate_budget = budget - 1
+            state.rate_budget = budget - 1
         return True
 
     def admit_datagrams(self, datagrams: list[bytes]) -> None:

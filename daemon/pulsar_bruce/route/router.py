@@ -1,25 +1,22 @@
-"""Partition choice for one topic, sans-IO.
+"""A topic's producers and routing state, sans-IO.
 
-AnyPartition: round-robin over the available partitions, switching once per
-batch (the current partition is kept until its open batch has been sealed).
-PartitionKey: ``key % N`` while that partition is available (ready, or still
-being created or re-created: see ``PartitionProducer.available``); once it is
-unavailable, the next ready one (``+1, +2, ...`` wrapping); the first choice
-again as soon as it is available.  When no partition is ready, messages wait on
-the first choice.
+The partition choice and the per-topic limits the intake reads live in the
+topic's :attr:`Topic.state` (``route/topic_state.py``: the rule, and the compiled
+intake's copy of it); this class keeps its producers and everything else.
 On a topic with key routing (``Topic.key_hash``), an AnyPartition message with
 a key becomes a PartitionKey message whose key is the Java client's hash of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation
 from pulsar_bruce.model.ledger import TopicCounters
 from pulsar_bruce.producer.partition_producer import PartitionProducer
+from pulsar_bruce.route.topic_state import TopicState
 
 
 class WaitingMessage(NamedTuple):
@@ -39,16 +36,13 @@ class Topic:
     """A topic's producers (one per partition) and its routing state."""
 
     __slots__ = (
+        "_producers",
         "borrowed",
-        "key_hash",
-        "max_message_bytes",
         "name",
         "name_conflicts",
         "partitioned",
-        "producers",
-        "rate_budget",
-        "round_robin",
         "sequenced",
+        "state",
         "stats",
         "unrouted",
         "unrouted_batches",
@@ -56,8 +50,10 @@ class Topic:
 
     def __init__(self, name: str):
         self.name = name
-        #: Empty until the partition count is known; one producer for a non-partitioned topic.
-        self.producers: list[PartitionProducer] = []
+        self._producers: tuple[PartitionProducer, ...] = ()
+        #: What the intake reads: the partitions' states, the round-robin position, the
+        #: limits (the compiled intake's own copy, changed only through its members).
+        self.state = TopicState()
         #: Ids of producers in ``producers`` that another topic owns: one broker topic has one
         #: producer, shared when ``t`` and ``t-partition-0`` are both addressed.  Their batches
         #: are counted, spooled and configured by the owner.
@@ -73,16 +69,52 @@ class Topic:
         self.sequenced: list[PartitionProducer] = []
         #: Times a broker refused our producer name on one of this topic's partitions.
         self.name_conflicts = 0
-        #: Per-topic limits, set by the edge from the configuration.
-        self.max_message_bytes = 1 << 62
-        #: Messages still allowed in the current rate-limit interval; ``None``: no limit.
-        self.rate_budget: int | None = None
-        #: Key routing: the hash that turns an AnyPartition message's key into its
-        #: PartitionKey; ``None`` (the default) keeps round-robin.
-        self.key_hash: Callable[[bytes], int] | None = None
-        #: AnyPartition's current partition (-1: none yet); the compiled admitter reads and
-        #: sets it too (``native/contract.py``).
-        self.round_robin = -1
+
+    @property
+    def producers(self) -> tuple[PartitionProducer, ...]:
+        """Empty until the partition count is known; one producer for a non-partitioned
+        topic.  Added with :meth:`attach`."""
+        return self._producers
+
+    def attach(self, producers: Iterable[PartitionProducer]) -> None:
+        """The next partitions' producers, in partition order (the intake's state too)."""
+        added = tuple(producers)
+        self._producers += added
+        self.state.attach(tuple(producer.state for producer in added))
+
+    # The per-topic limits, set by the edge from the configuration (in the intake's state).
+
+    @property
+    def max_message_bytes(self) -> int:
+        return self.state.max_message_bytes
+
+    @max_message_bytes.setter
+    def max_message_bytes(self, limit: int) -> None:
+        self.state.max_message_bytes = limit
+
+    @property
+    def rate_budget(self) -> int | None:
+        """Messages still allowed in the current rate-limit interval; ``None``: no limit."""
+        return self.state.rate_budget
+
+    @rate_budget.setter
+    def rate_budget(self, budget: int | None) -> None:
+        self.state.rate_budget = budget
+
+    @property
+    def key_hash(self) -> Callable[[bytes], int] | None:
+        """Key routing: the hash that turns an AnyPartition message's key into its
+        PartitionKey; ``None`` (the default) keeps round-robin."""
+        return self.state.key_hash
+
+    @key_hash.setter
+    def key_hash(self, key_hash: Callable[[bytes], int] | None) -> None:
+        self.state.key_hash = key_hash
+
+    @property
+    def round_robin(self) -> int:
+        """AnyPartition's current partition (-1: none yet)."""
+        return self.state.round_robin
 
     @property
     def buffered_messages(self) -> int:
@@ -91,46 +123,13 @@ class Topic:
         owned = self.owned_producers()
         return waiting + sum(p.buffered_messages for p in [*owned, *self.sequenced])
 
-    def owned_producers(self) -> list[PartitionProducer]:
+    def owned_producers(self) -> Sequence[PartitionProducer]:
         """The producers this topic owns (all of them, unless it shares a broker topic)."""
         if not self.borrowed:
-            return self.producers
+            return self._producers
         return [p for p in self.producers if p.producer_id not in self.borrowed]
 
     def choose(self, partition_key: int) -> PartitionProducer:
-        """The producer for a message: :meth:`choose_any` for AnyPartition (``-1``), else
-        :meth:`choose_keyed`."""
-        return self.choose_any() if partition_key < 0 else self.choose_keyed(partition_key)
-
-    def choose_any(self) -> PartitionProducer:
-        """AnyPartition: stay on the current partition until its batch is sealed."""
-        producers = self.producers
-        index = self.round_robin
-        if index >= 0:
-            current = producers[index]
-            if current.batch.count and current.ready:
-                return current
-        count = len(producers)
-        for step in range(1, count + 1):
-            candidate = (index + step) % count
-            if producers[candidate].ready:
-                self.round_robin = candidate
-                return producers[candidate]
-        self.round_robin = (index + 1) % count
-        return producers[self.round_robin]
-
-    def choose_keyed(self, partition_key: int) -> PartitionProducer:
-        """PartitionKey: ``key % N`` with failover from an unavailable partition to the next
-        ready one (Bruce fails over from a partition that is unavailable, not from one whose
-        producer is still being created)."""
-        producers = self.producers
-        count = len(producers)
-        first = partition_key % count
-        producer = producers[first]
-        if producer.available:
-            return producer
-        for step in range(1, count):
-            candidate = producers[(first + step) % count]
-            if candidate.ready:
-                return candidate
-        return producer
+        """The producer for a message: ``partition_key`` -1 for AnyPartition (the rule:
+        ``route/topic_state.py``)."""
+        return self._producers[self.state.choose(partition_key)]

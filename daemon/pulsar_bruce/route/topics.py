@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 
 from pulsar_bruce.parse.topic import normalize_topic
 from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic_state import TopicState
 
 #: Bad topic names remembered (so a flood of them costs one dict lookup each), at most.
 _BAD_TOPIC_CACHE_LIMIT = 1024
@@ -17,6 +18,9 @@ class TopicRegistry:
     def __init__(self, on_added: Callable[[Topic], None]):
         #: Keyed by the topic bytes exactly as senders write them (the hot path's lookup).
         self.by_bytes: dict[bytes, Topic] = {}
+        #: The same keys, to each topic's :attr:`Topic.state`: what the compiled intake
+        #: looks its messages' topics up in.
+        self.states: dict[bytes, TopicState] = {}
         #: Keyed by full Pulsar name.
         self.by_name: dict[str, Topic] = {}
         self._on_added = on_added
@@ -45,8 +49,7 @@ class TopicRegistry:
         if topic is None:
             topic = Topic(name)
             self.by_name[name] = topic
-            self.by_bytes[topic_bytes] = topic
             self._on_added(topic)
-        else:
-            self.by_bytes[topic_bytes] = topic
+        self.by_bytes[topic_bytes] = topic
+        self.states[topic_bytes] = topic.state
         return topic

@@ -19,6 +19,7 @@ at the batches the topic manager says were touched, once per drain.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,9 +37,11 @@ class WaitingTopic(Protocol):
     """What of a route-layer ``Topic`` the journal reads (that layer sits above this one)."""
 
     name: str
-    producers: list[PartitionProducer]
     unrouted: list[Any]  # WaitingMessage: ``.data`` is the datagram
     unrouted_batches: list[tuple[int, SealedBatch]]
+
+    @property
+    def producers(self) -> Sequence[PartitionProducer]: ...
 
 
 class _WaitGroup:

@@ -110,7 +110,7 @@ def test_sighup_reads_the_keys_again_and_keeps_all_on_a_bad_file(tmp_path: Path,
     topic = Topic(SECRET)
     configurator.apply(topic)
     producer = PartitionProducer(topic.name, 0, 1, configurator.policy(topic))
-    topic.producers.append(producer)
+    topic.attach([producer])
     before = producer.policy.encryptor
     assert before is not None
     configurator.reconfigure(load_config({"encryption_keys": path}, {}), [topic])

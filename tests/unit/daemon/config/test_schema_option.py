@@ -89,7 +89,7 @@ def test_the_producers_of_a_topic_get_its_schema_through_their_policy(tmp_path: 
     configurator = TopicConfigurator(load_config({}, {}, str(config_file)))
     orders, other = Topic("persistent://public/default/orders"), Topic("persistent://x/y/z")
     producer = PartitionProducer(orders.name, 0, 1, configurator.policy(orders))
-    orders.producers.append(producer)
+    orders.attach([producer])
     configurator.apply(orders)
     assert producer.policy.schema.kind is SchemaKind.JSON
     assert not configurator.policy(other).schema.declared

@@ -183,7 +183,7 @@ def test_the_metadata_refresh_adds_producers_when_a_topic_grows() -> None:
         topic = rig.topic()
         await rig.partitions(2)
         await until(lambda: len(topic.producers) == 2, "two producers")
-        first = list(topic.producers)
+        first = tuple(topic.producers)
         await rig.partitions(2)  # a refresh: the same count changes nothing
         assert topic.producers == first
         await rig.partitions(4)

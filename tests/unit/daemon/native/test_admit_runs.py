@@ -66,7 +66,7 @@ def _intake(memory: int = 1 << 30, max_messages: int = 1000) -> tuple[Intake, _E
     assert topic is not None
     producer = PartitionProducer("t", 0, 1, BatchPolicy(max_messages=max_messages))
     producer.ready = True
-    topic.producers.append(producer)
+    topic.attach([producer])
     return intake, events
 
 

@@ -7,13 +7,11 @@ skip only where it was not built.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from hypothesis import given, settings
@@ -23,18 +21,13 @@ from pulsar_bruce.input.stream_session import encode_flush_request, split_record
 from pulsar_bruce.parse.datagram import parse_datagram_py
 from to_pulsar.encoding import encode_any_partition, encode_message_record, encode_partition_key
 
+from tests.support.extension import load_extension, needs_extension
+
 ROOT = Path(__file__).resolve().parents[4]
 
 
-def _extension() -> ModuleType | None:
-    try:
-        return importlib.import_module("pulsar_bruce.native._intake")
-    except ImportError:
-        return None
-
-
-native = _extension()
-pytestmark = pytest.mark.skipif(native is None, reason="the compiled intake is not built")
+native = load_extension()
+pytestmark = needs_extension
 
 topics = st.sampled_from(["t", "persistent://public/default/orders", "x" * 300])
 keys = st.binary(max_size=40) | st.sampled_from([b"", b"\xff\xfe", "ключ".encode()])

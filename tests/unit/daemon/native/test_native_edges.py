@@ -47,7 +47,7 @@ def _intake(case: str) -> tuple[Intake, PartitionProducer]:
         "t", 0, 1, BatchPolicy(max_bytes=HUGE if case == "batch" else 4096)
     )
     producer.ready = True
-    topic.producers.append(producer)
+    topic.attach([producer])
     if case == "topic_max_message_bytes":
         topic.max_message_bytes = HUGE
     if case == "rate_budget":

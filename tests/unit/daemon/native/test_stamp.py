@@ -4,9 +4,7 @@ trace of test_differential.py, whose keyed topic takes Message records with prop
 
 from __future__ import annotations
 
-import importlib
 import struct
-from types import ModuleType
 
 import pytest
 from hypothesis import given, settings
@@ -16,16 +14,10 @@ from pulsar_bruce.batch.entries import stamp_sequence_ids_py
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.parse.datagram import _property_field
 
+from tests.support.extension import load_extension, needs_extension
 
-def _extension() -> ModuleType | None:
-    try:
-        return importlib.import_module("pulsar_bruce.native._intake")
-    except ImportError:
-        return None
-
-
-native = _extension()
-pytestmark = pytest.mark.skipif(native is None, reason="the compiled intake is not built")
+native = load_extension()
+pytestmark = needs_extension
 
 keys = st.binary(max_size=40) | st.sampled_from([b"", b"\xff\xfe", "ключ".encode()])
 properties = st.lists(st.tuples(st.binary(max_size=8), st.binary(max_size=8)), max_size=3).map(

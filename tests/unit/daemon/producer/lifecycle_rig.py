@@ -167,7 +167,7 @@ class Process(BrokerAnswers):
         self.producer.name, self.producer.name_is_ours = NAME, True
         self.journal.producer_added(self.producer, TOPIC, 0)
         self.topic = Topic(TOPIC)
-        self.topic.producers.append(self.producer)
+        self.topic.attach([self.producer])
         self.connected = False
         #: The broker's max message size (a batch over it is split before it is sent).
         self.max_frame = DEFAULT_MAX_MESSAGE_SIZE

@@ -195,7 +195,7 @@ class Harness:
             producer.ready = ready
             producers.append(producer)
         topic.partitioned = partitions > 0
-        topic.producers.extend(producers)
+        topic.attach(producers)
         self.appender.route_waiting(topic)
         self.check()
         return producers

@@ -214,7 +214,7 @@ def intake_with(producer: PartitionProducer) -> Intake:
     )  # fmt: skip
     topic = registry.lookup(T.encode())
     assert topic is not None
-    topic.producers.append(producer)
+    topic.attach([producer])
     return intake
 
 
@@ -273,7 +273,7 @@ def test_a_batch_back_from_the_spool_carries_its_first_key() -> None:
         builder.append(encode_key_field(key), 0, b"v", 0, 30)
     entries = builder.seal().payload
     topic = Topic(T)
-    topic.producers.append(producer_with(True))
+    topic.attach([producer_with(True)])
     spooled = SealedBatch(count=2, payload=entries, buffer_bytes=60)
     Appender(Events()).queue_sealed(topic, 0, spooled)
     assert frame_keys(topic.producers[0]) == [(base64.b64encode(b"\xfe").decode(), True)]

@@ -79,7 +79,7 @@ def intake_with(partitions: int, routing: KeyRouting) -> tuple[Intake, Topic]:
     for index in range(partitions):
         producer = PartitionProducer(f"{T}-partition-{index}", index, index + 1, BatchPolicy())
         producer.ready = True
-        topic.producers.append(producer)
+        topic.attach([producer])
     topic.partitioned = partitions > 0
     return intake, topic
 

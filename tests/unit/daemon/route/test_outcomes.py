@@ -180,7 +180,7 @@ def test_discard_waiting_gives_up_messages_and_spooled_batches() -> None:
 def test_discard_everything_takes_open_and_pending_batches() -> None:
     s = Setup()
     producer = PartitionProducer(T, 0, 1, BatchPolicy())
-    s.topic.producers.append(producer)
+    s.topic.attach([producer])
     producer.pending.append(s.batch(None, None))
     for _ in range(3):  # the open batch
         producer.batch.append(b"", 0, VALUE, 0, CHARGE)

@@ -23,9 +23,9 @@ def shared_pair() -> tuple[Topic, Topic, PartitionProducer]:
     """``t-partition-1`` addressed first (it owns the producer), then ``t`` with 2 partitions."""
     direct = Topic(f"{T}-partition-1")
     shared = PartitionProducer(f"{T}-partition-1", 0, 1, BatchPolicy())
-    direct.producers.append(shared)
+    direct.attach([shared])
     parent = Topic(T)
-    parent.producers += [PartitionProducer(f"{T}-partition-0", 0, 2, BatchPolicy()), shared]
+    parent.attach([PartitionProducer(f"{T}-partition-0", 0, 2, BatchPolicy()), shared])
     parent.borrowed.add(shared.producer_id)
     parent.partitioned = True
     return direct, parent, shared
@@ -34,7 +34,7 @@ def shared_pair() -> tuple[Topic, Topic, PartitionProducer]:
 def test_a_borrowed_producer_is_routed_to_but_counted_by_its_owner() -> None:
     direct, parent, shared = shared_pair()
     shared.ready = parent.producers[0].ready = True
-    assert parent.choose_keyed(1) is shared
+    assert parent.choose(1) is shared
     shared.batch.append(b"", 0, b"v", 0, 30)
     assert (direct.buffered_messages, parent.buffered_messages) == (1, 0)
     assert parent.owned_producers() == [parent.producers[0]]

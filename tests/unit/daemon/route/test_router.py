@@ -14,7 +14,7 @@ def make_topic(partitions: int, ready: bool = True, available: bool = True) -> T
         producer = PartitionProducer(f"{NAME}-partition-{index}", index, index + 1, BatchPolicy())
         producer.ready = ready
         producer.available = available
-        topic.producers.append(producer)
+        topic.attach([producer])
     topic.partitioned = partitions > 1
     return topic
 
@@ -41,7 +41,7 @@ def fill_and_seal(producer: PartitionProducer) -> None:
 def any_choices(topic: Topic, batches: int) -> list[int]:
     chosen = []
     for _ in range(batches):
-        producer = topic.choose_any()
+        producer = topic.choose(-1)
         chosen.append(index_of(topic, producer))
         fill_and_seal(producer)
     return chosen
@@ -53,41 +53,41 @@ def any_choices(topic: Topic, batches: int) -> list[int]:
 def test_partition_key_modulo_partition_count() -> None:
     topic = make_topic(4)
     for key in (0, 1, 2, 3, 4, 5, 7, 13, 4294967295):
-        assert index_of(topic, topic.choose_keyed(key)) == key % 4
+        assert index_of(topic, topic.choose(key)) == key % 4
 
 
 def test_partition_key_uint32_max_goes_to_last_partition_of_four() -> None:
     topic = make_topic(4)
-    assert index_of(topic, topic.choose_keyed(0xFFFFFFFF)) == 3
+    assert index_of(topic, topic.choose(0xFFFFFFFF)) == 3
 
 
 def test_partition_key_fails_over_to_the_next_ready_partition() -> None:
     topic = make_topic(4)
     down(topic.producers[1])
-    assert index_of(topic, topic.choose_keyed(1)) == 2
+    assert index_of(topic, topic.choose(1)) == 2
 
 
 def test_partition_key_failover_skips_several_not_ready() -> None:
     topic = make_topic(4)
     down(topic.producers[1])
     topic.producers[2].ready = False  # being re-created: not a failover target
-    assert index_of(topic, topic.choose_keyed(5)) == 3
+    assert index_of(topic, topic.choose(5)) == 3
 
 
 def test_partition_key_failover_wraps_around() -> None:
     topic = make_topic(4)
     down(topic.producers[3])
-    assert index_of(topic, topic.choose_keyed(3)) == 0
+    assert index_of(topic, topic.choose(3)) == 0
     down(topic.producers[0])
-    assert index_of(topic, topic.choose_keyed(3)) == 1
+    assert index_of(topic, topic.choose(3)) == 1
 
 
 def test_partition_key_goes_back_to_first_choice_when_ready_again() -> None:
     topic = make_topic(4)
     down(topic.producers[2])
-    assert index_of(topic, topic.choose_keyed(6)) == 3
+    assert index_of(topic, topic.choose(6)) == 3
     back(topic.producers[2])
-    assert index_of(topic, topic.choose_keyed(6)) == 2
+    assert index_of(topic, topic.choose(6)) == 2
 
 
 def test_partition_key_waits_for_a_partition_being_created_or_recreated() -> None:
@@ -95,10 +95,10 @@ def test_partition_key_waits_for_a_partition_being_created_or_recreated() -> Non
     unload): its messages wait for it, even while other partitions are ready."""
     topic = make_topic(4)
     topic.producers[1].ready = False
-    assert index_of(topic, topic.choose_keyed(5)) == 1
+    assert index_of(topic, topic.choose(5)) == 1
     fresh = make_topic(8, ready=False)
     back(fresh.producers[0])
-    assert [index_of(fresh, fresh.choose_keyed(key)) for key in range(16)] == [
+    assert [index_of(fresh, fresh.choose(key)) for key in range(16)] == [
         key % 8 for key in range(16)
     ]
 
@@ -107,13 +107,13 @@ def test_partition_key_with_none_ready_stays_on_first_choice() -> None:
     for available in (True, False):
         topic = make_topic(4, ready=False, available=available)
         for key in range(8):
-            assert index_of(topic, topic.choose_keyed(key)) == key % 4
+            assert index_of(topic, topic.choose(key)) == key % 4
 
 
 def test_partition_key_only_the_one_ready_partition_takes_everything() -> None:
     topic = make_topic(4, ready=False, available=False)
     back(topic.producers[2])
-    assert {index_of(topic, topic.choose_keyed(key)) for key in range(20)} == {2}
+    assert {index_of(topic, topic.choose(key)) for key in range(20)} == {2}
 
 
 # -- AnyPartition --------------------------------------------------------------------------------
@@ -121,10 +121,10 @@ def test_partition_key_only_the_one_ready_partition_takes_everything() -> None:
 
 def test_any_partition_stays_on_one_partition_within_a_batch() -> None:
     topic = make_topic(4)
-    first = topic.choose_any()
+    first = topic.choose(-1)
     first.batch.append(b"", 0, b"v", 0, 64)
     for _ in range(10):
-        assert topic.choose_any() is first
+        assert topic.choose(-1) is first
         first.batch.append(b"", 0, b"v", 0, 64)
 
 
@@ -137,7 +137,7 @@ def test_any_partition_choice_is_always_ready_when_one_is() -> None:
     topic = make_topic(4)
     topic.producers[0].ready = False
     for _ in range(8):  # nothing appended between calls
-        assert topic.choose_any().ready
+        assert topic.choose(-1).ready
 
 
 def test_any_partition_skips_not_ready_partitions() -> None:
@@ -149,10 +149,10 @@ def test_any_partition_skips_not_ready_partitions() -> None:
 
 def test_any_partition_leaves_a_partition_that_stopped_being_ready() -> None:
     topic = make_topic(4)
-    current = topic.choose_any()
+    current = topic.choose(-1)
     current.batch.append(b"", 0, b"v", 0, 64)  # open batch on partition 0
     current.ready = False
-    following = topic.choose_any()
+    following = topic.choose(-1)
     assert following is not current
     assert following.ready
 
@@ -167,7 +167,7 @@ def test_any_partition_uses_a_partition_again_once_ready() -> None:
 
 def test_any_partition_with_none_ready_still_returns_a_producer() -> None:
     topic = make_topic(4, ready=False)
-    chosen = {index_of(topic, topic.choose_any()) for _ in range(8)}
+    chosen = {index_of(topic, topic.choose(-1)) for _ in range(8)}
     assert chosen <= {0, 1, 2, 3}
     assert chosen
 
@@ -179,14 +179,14 @@ def test_non_partitioned_takes_every_keyed_message() -> None:
     topic = make_topic(1)
     only = topic.producers[0]
     for key in (0, 1, 7, 4294967295):
-        assert topic.choose_keyed(key) is only
+        assert topic.choose(key) is only
 
 
 def test_non_partitioned_takes_every_any_partition_message() -> None:
     topic = make_topic(1)
     only = topic.producers[0]
     for _ in range(5):
-        producer = topic.choose_any()
+        producer = topic.choose(-1)
         assert producer is only
         fill_and_seal(producer)
 
@@ -194,5 +194,5 @@ def test_non_partitioned_takes_every_any_partition_message() -> None:
 def test_non_partitioned_not_ready_still_takes_everything() -> None:
     topic = make_topic(1, ready=False)
     only = topic.producers[0]
-    assert topic.choose_keyed(3) is only
-    assert topic.choose_any() is only
+    assert topic.choose(3) is only
+    assert topic.choose(-1) is only

@@ -97,7 +97,7 @@ def test_reconfigure_updates_existing_producers_and_lifts_limits(tmp_path: Path)
     clicks = Topic("persistent://public/default/clicks")
     configurator.apply(clicks)
     producer = PartitionProducer(clicks.name, 0, 1, configurator.policy(clicks))
-    clicks.producers.append(producer)
+    clicks.attach([producer])
     producer.batch.append(b"", 0, b"xx-kept", 3, 64)
     configurator.reconfigure(
         config_from(tmp_path, '[topics."clicks"]\nbatch_max_messages = 3\n'), [clicks]

@@ -48,7 +48,7 @@ def topic_with_producer(name: str | None = "edge", ours: bool = True) -> Topic:
     topic = Topic(T)
     producer = PartitionProducer(T, 0, 7, BatchPolicy())
     producer.name, producer.name_is_ours = name, ours
-    topic.producers.append(producer)
+    topic.attach([producer])
     return topic
 
 
