@@ -29,7 +29,7 @@ from pulsar_bruce.input.pipeline import Pipeline
 from pulsar_bruce.input.socket_reader import DatagramReader
 from pulsar_bruce.input.stream_server import StreamServer
 from pulsar_bruce.input.unix_sockets import open_unix_socket
-from pulsar_bruce.lifecycle.topic_manager import TopicManager
+from pulsar_bruce.metrics.discard_log import discard_log_of
 from pulsar_bruce.metrics.http import MetricsServer
 from pulsar_bruce.metrics.registry import Metrics, SpoolGauges
 from pulsar_bruce.metrics.reject_log import RejectLog
@@ -40,11 +40,12 @@ from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.outcomes import Outcomes
 from pulsar_bruce.route.topic_settings import TopicConfigurator
 from pulsar_bruce.service import descriptors, shutdown, systemd
-from pulsar_bruce.service.wiring import connection_security, discard_log_of
+from pulsar_bruce.service.connection_options import connection_security
 from pulsar_bruce.spool.journal import Journal
 from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.spool.spooler import Spooler
 from pulsar_bruce.spool.store import SpoolStore
+from pulsar_bruce.topics.manager import TopicManager
 
 log = logging.getLogger(__name__)
 
@@ -385,4 +386,3 @@ class Server:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-

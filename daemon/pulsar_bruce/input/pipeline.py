@@ -20,11 +20,11 @@ import socket
 from pulsar_bruce.input.socket_reader import DatagramReader, datagram_reader
 from pulsar_bruce.input.stream_server import StreamServer
 from pulsar_bruce.input.stream_session import RecordBudget
-from pulsar_bruce.lifecycle.topic_manager import TopicManager
 from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.sequenced import SequencedSender
 from pulsar_bruce.spool.journal import Journal
 from pulsar_bruce.spool.policy import SpoolPolicy
+from pulsar_bruce.topics.manager import TopicManager
 
 
 class Pipeline:

@@ -27,5 +27,5 @@ ADMITTER_READS: Final[dict[tuple[str, str], tuple[str, ...]]] = {
     ("model.confirmation", "Confirmation"): ("outstanding",),
     ("model.ledger", "Ledger"): ("buffered_bytes", "accept_many"),
     ("spool.policy", "SpoolPolicy"): ("memory_limit",),
-    ("lifecycle.topic_manager", "TopicManager"): ("batch_sealed", "batch_opened"),
+    ("topics.manager", "TopicManager"): ("batch_sealed", "batch_opened"),
 }  # fmt: skip

@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("producer",),  # one producer per partition: batches in flight, receipts
     ("spool",),  # the disk overflow and the memory-or-disk policy
     ("route",),  # intake, topics, routing, outcomes (sans-IO)
-    ("lifecycle",),  # topics at the edge: partition lookups, producers, timers (asyncio)
+    ("topics",),  # topics at the edge: partition lookups, producers, timers (asyncio)
     ("input",),  # the datagram and stream sockets
     ("metrics",),  # Prometheus, /status, the discard log
     ("service",),  # systemd and logging
@@ -58,7 +58,7 @@ ROLES = {
     "producer": "per-partition producers and their asyncio drivers",
     "spool": "disk spool and the memory-or-disk policy",
     "route": "the intake, topics, routing and outcomes, sans-IO",
-    "lifecycle": "topics at the edge: partition lookups, producers and drivers, timers",
+    "topics": "topics at the edge: partition lookups, producers and drivers, timers",
     "input": "datagram and stream sockets",
     "metrics": "Prometheus, /status, discard log",
     "service": "systemd, logging, the shutdown wait",

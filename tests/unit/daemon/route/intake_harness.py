@@ -17,9 +17,10 @@ from pulsar_bruce.model.ledger import Ledger, memory_charge
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.intake import Intake
-from pulsar_bruce.route.outcomes import Outcomes, forget_buffered, spool_records_of
+from pulsar_bruce.route.outcomes import Outcomes
 from pulsar_bruce.route.router import Topic
 from pulsar_bruce.route.topics import TopicRegistry
+from pulsar_bruce.service.shutdown import forget_buffered, spool_records_of
 from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.spool.spooler import Spooler
 from pulsar_bruce.spool.store import SpoolStore

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pulsar_bruce import reasons
 from pulsar_bruce.producer.partition_producer import BatchPolicy
-from pulsar_bruce.route.outcomes import forget_buffered, spool_records_of
+from pulsar_bruce.service.shutdown import forget_buffered, spool_records_of
 from pulsar_bruce.spool import records
 from pulsar_bruce.spool.records import SpooledBatch
 

@@ -21,7 +21,6 @@ from typing import Any
 from pulsar_bruce import reasons
 from pulsar_bruce.connection.broker_connection import ConnectionClosedError, ServerError
 from pulsar_bruce.connection.pool import ConnectionPool, TopicLookupError
-from pulsar_bruce.lifecycle.rate_limit import RateLimiter
 from pulsar_bruce.parse.topic import is_partition_name, partition_name
 from pulsar_bruce.producer.backoff import Retry
 from pulsar_bruce.producer.delivery import DeliveryPolicy
@@ -35,6 +34,7 @@ from pulsar_bruce.route.router import Topic
 from pulsar_bruce.route.topic_settings import TopicConfigurator
 from pulsar_bruce.route.topics import TopicRegistry
 from pulsar_bruce.spool.journal import Journal
+from pulsar_bruce.topics.rate_limit import RateLimiter
 
 log = logging.getLogger(__name__)
 
