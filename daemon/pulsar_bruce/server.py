@@ -42,6 +42,7 @@ from pulsar_bruce.route.topic_settings import TopicConfigurator
 from pulsar_bruce.service import descriptors, shutdown, systemd
 from pulsar_bruce.service.connection_options import connection_security
 from pulsar_bruce.spool.journal import Journal
+from pulsar_bruce.spool.journal_stage import NO_JOURNAL, JournalStage
 from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.spool.spooler import Spooler
 from pulsar_bruce.spool.store import SpoolStore
@@ -74,13 +75,12 @@ class Server:
             if config.spool_dir
             else None
         )
-        self.journal = (
+        self.journal: JournalStage = (
             Journal(config.spool_dir, config.spool_fsync)
             if config.spool_dir and config.spool_journal
-            else None
+            else NO_JOURNAL
         )
-        self.outcomes = Outcomes(self.ledger, discard_log_of(config))
-        self.outcomes.journal = self.journal
+        self.outcomes = Outcomes(self.ledger, discard_log_of(config), journal=self.journal)
         self.policy = SpoolPolicy(
             self.ledger,
             config.buffer_max_bytes,
@@ -100,8 +100,8 @@ class Server:
             ),
             producer_name=stable_producer_name(config.producer_name_prefix, config.socket),
             metadata_refresh_s=config.metadata_refresh_s,
+            journal=self.journal,
         )
-        self.topics.journal = self.journal
         registry, pool = self.topics.registry, self.pool
         self.metrics = Metrics(
             self.ledger, lambda: registry, lambda: len(pool.connections), self._spool_gauges
@@ -180,9 +180,9 @@ class Server:
             )
             await self.metrics_server.start()
         datagram_socket, stream_socket = self._open_input_sockets()
-        if self.journal is not None:  # what a crash left, before anything new
-            self.intake.replay_journal(self.journal.open())
-            self.journal.drop_previous()
+        # What a crash left, before anything new.
+        self.intake.replay_journal(self.journal.open())
+        self.journal.drop_previous()
         self.reader = self.pipeline.datagram_reader(datagram_socket)
         self.reader.start()
         stream_path = config.stream_socket_path
@@ -261,8 +261,7 @@ class Server:
         shutdown.keep_or_discard_the_rest(
             self.topics.registry, self.ledger, self.outcomes, self.spooler, self._stop_now.is_set()
         )
-        if self.journal is not None:  # all of it is acked, spooled or discarded now
-            self.journal.close()
+        self.journal.close()  # all of it is acked, spooled or discarded now
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

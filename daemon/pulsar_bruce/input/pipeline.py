@@ -22,7 +22,7 @@ from pulsar_bruce.input.stream_server import StreamServer
 from pulsar_bruce.input.stream_session import RecordBudget
 from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.sequenced import SequencedSender
-from pulsar_bruce.spool.journal import Journal
+from pulsar_bruce.spool.journal_stage import JournalStage
 from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.topics.manager import TopicManager
 
@@ -31,7 +31,7 @@ class Pipeline:
     """Drives reading, admitting, journalling and flushing for both sockets."""
 
     def __init__(
-        self, intake: Intake, policy: SpoolPolicy, topics: TopicManager, journal: Journal | None
+        self, intake: Intake, policy: SpoolPolicy, topics: TopicManager, journal: JournalStage
     ):
         self.intake = intake
         self.policy = policy
@@ -41,7 +41,6 @@ class Pipeline:
     def after_slab(self, consume: tuple[int, int] | None) -> None:
         """A slab was admitted: journal it, then (``consume``: socket fd, datagrams peeked)
         take it off the socket's queue."""
-        assert self.journal is not None
         self.journal.sync(consume)
 
     def after_drain(self) -> None:
@@ -58,7 +57,7 @@ class Pipeline:
             self.after_drain,
             intake.max_message_bytes,
             intake.admit_datagrams,
-            journal_sync=self.after_slab if self.journal is not None else None,
+            journal_sync=self.after_slab if self.journal.write_ahead else None,
         )
 
     def stream_server(

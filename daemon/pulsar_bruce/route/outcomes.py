@@ -17,7 +17,7 @@ from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import settle_tags
 from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.route.router import Topic
-from pulsar_bruce.spool.journal import Journal
+from pulsar_bruce.spool.journal_stage import NO_JOURNAL, JournalStage
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,7 @@ class Outcomes:
         ledger: Ledger,
         evidence: Evidence | None = None,
         observer: BatchObserver | None = None,
+        journal: JournalStage = NO_JOURNAL,
     ):
         self.ledger = ledger
         self.evidence = evidence
@@ -57,8 +58,8 @@ class Outcomes:
         self.recent_rejects: deque[tuple[str, bytes]] = deque(maxlen=REJECT_SAMPLES)
         #: Broker topics whose producer name conflict has been logged (once each).
         self.name_conflicts_logged: set[str] = set()
-        #: The write-ahead journal, told of every batch settled (None: no journal).
-        self.journal: Journal | None = None
+        #: The journal stage, told of every batch settled.
+        self.journal = journal
 
     def for_topic(self, topic: Topic) -> TopicDelivery:
         return TopicDelivery(self, topic)
@@ -81,8 +82,7 @@ class Outcomes:
         if batch.tags:
             settle_tags(batch.tags, None)
         self.ledger.ack(topic.stats, batch.count, batch.buffer_bytes)
-        if self.journal is not None:
-            self.journal.settled(batch)
+        self.journal.settled(batch)
 
     def already_stored(self, topic: Topic, batch: SealedBatch) -> None:
         """Sender-numbered messages the broker had before (an earlier attempt stored them)."""
@@ -92,8 +92,7 @@ class Outcomes:
 
     def discarded(self, topic: Topic, batch: SealedBatch, reason: str) -> None:
         self.ledger.discard(reason, batch.count, batch.buffer_bytes, topic.stats)
-        if self.journal is not None:
-            self.journal.settled(batch)
+        self.journal.settled(batch)
         if batch.tags:
             settle_tags(batch.tags, reason)
         self.batch_evidence(reason, topic, batch)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from pulsar_bruce.spool import records
-from pulsar_bruce.spool.journal import Journal
+from pulsar_bruce.spool.journal_stage import NO_JOURNAL, JournalStage
 from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.spool.records import SpooledBatch
 from pulsar_bruce.spool.store import SpoolStore
@@ -56,7 +56,7 @@ class Spooler:
         *,
         broker_reachable: Callable[[], bool],
         after_replay: Callable[[], None],
-        journal: Journal | None = None,
+        journal: JournalStage = NO_JOURNAL,
     ):
         self.store = store
         self.policy = policy
@@ -91,8 +91,7 @@ class Spooler:
                 if now - last_sync >= _SYNC_EVERY_S:
                     if self.store.fsync == "interval":
                         self.store.sync()
-                    if self.journal is not None:
-                        self.journal.tick()
+                    self.journal.tick()
                     last_sync = now
             except OSError as exc:
                 delay = min(delay * 2, _RETRY_MAX_S)

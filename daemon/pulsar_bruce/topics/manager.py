@@ -33,7 +33,7 @@ from pulsar_bruce.route.outcomes import Outcomes
 from pulsar_bruce.route.router import Topic
 from pulsar_bruce.route.topic_settings import TopicConfigurator
 from pulsar_bruce.route.topics import TopicRegistry
-from pulsar_bruce.spool.journal import Journal
+from pulsar_bruce.spool.journal_stage import NO_JOURNAL, JournalStage
 from pulsar_bruce.topics.rate_limit import RateLimiter
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,7 @@ class TopicManager:
         *,
         producer_name: str | None = None,
         metadata_refresh_s: float = 0.0,
+        journal: JournalStage = NO_JOURNAL,
     ):
         self.pool = pool
         self.outcomes = outcomes
@@ -61,6 +62,8 @@ class TopicManager:
         self.delivery = delivery
         self.producer_name = producer_name
         self.metadata_refresh_s = metadata_refresh_s
+        #: The journal stage: the write-ahead journal, or none (``spool/journal_stage.py``).
+        self.journal = journal
         self.drivers: dict[int, ProducerDriver] = {}
         self.rate_limiter = RateLimiter(settings.refill)
         self._dirty: set[ProducerDriver] = set()
@@ -72,8 +75,6 @@ class TopicManager:
         #: The parts the intake shares; they report back to this manager.
         self.appender = Appender(self)
         self.registry = TopicRegistry(self.topic_added)
-        #: The write-ahead journal, with a spool directory (set before the first topic).
-        self.journal: Journal | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -103,8 +104,7 @@ class TopicManager:
     # -- events from the registry and the appender ------------------------------------------
 
     def topic_added(self, topic: Topic) -> None:
-        if self.journal is not None:
-            self.journal.topic_added(topic)
+        self.journal.topic_added(topic)
         self.apply_settings(topic)
         self._spawn(self._resolve_partitions(topic))
 
@@ -122,12 +122,12 @@ class TopicManager:
 
     def batch_opened(self, producer: PartitionProducer) -> None:
         self.drivers[producer.producer_id].arm_linger()
-        if self.journal is not None and not producer.exactly_once:
+        if not producer.exactly_once:
             self.journal.touched(producer)
 
     def batch_sealed(self, producer: PartitionProducer) -> None:
         self._dirty.add(self.drivers[producer.producer_id])
-        if self.journal is not None and not producer.exactly_once:
+        if not producer.exactly_once:
             self.journal.touched(producer)
 
     # -- producers under a stream sender's name and ids (route/sequenced.py) -----------------
@@ -164,8 +164,7 @@ class TopicManager:
 
     def flush_dirty(self) -> None:
         """After a socket drain: journal what it read, write the batches that filled up."""
-        if self.journal is not None:
-            self.journal.sync()
+        self.journal.sync()
         if self._dirty:
             for driver in self._dirty:
                 driver.flush()
@@ -230,8 +229,7 @@ class TopicManager:
             producer = PartitionProducer(name, index, next(self._producer_ids), policy)
             if self.producer_name:
                 producer.name_as(self.producer_name)
-            if self.journal is not None:
-                self.journal.producer_added(producer, topic.name, index)
+            self.journal.producer_added(producer, topic.name, index)
             self.drivers[producer.producer_id] = ProducerDriver(
                 producer, self.pool, listener, self.delivery, self.journal
             )
