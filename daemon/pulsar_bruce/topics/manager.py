@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import itertools
 import logging
 from collections.abc import Coroutine
@@ -142,8 +143,13 @@ class TopicManager:
         policy = dataclasses.replace(self.settings.policy(topic), key_based=False)
         producer = PartitionProducer(broker_topic, partition, next(self._producer_ids), policy)
         producer.publish_as(name, first_sequence_id)
-        driver = SequencedDriver(producer, self.pool, self.outcomes.for_topic(topic), self.delivery)
-        driver.on_closed = lambda closed: self._sequenced_closed(topic, closed)
+        driver = SequencedDriver(
+            producer,
+            self.pool,
+            self.outcomes.for_topic(topic),
+            self.delivery,
+            on_closed=functools.partial(self._sequenced_closed, topic),
+        )
         self.drivers[producer.producer_id] = driver
         topic.sequenced.append(producer)
         driver.start()

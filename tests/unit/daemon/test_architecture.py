@@ -38,7 +38,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("input",),  # the datagram and stream sockets
     ("metrics",),  # Prometheus, /status, the discard log
     ("service",),  # systemd and logging
-    ("server", "cli", "__main__"),  # wiring and the command line
+    ("pipeline",),  # a message's whole way: the stages, built and driven in one object
+    ("server", "cli", "__main__"),  # the lifecycle and the command line
 )
 #: Pairs that the layer order would allow but that must not exist.
 FORBIDDEN = {("connection", "config")}
@@ -62,7 +63,9 @@ ROLES = {
     "input": "datagram and stream sockets",
     "metrics": "Prometheus, /status, discard log",
     "service": "systemd, logging, the shutdown wait",
-    "server": "wiring, startup, shutdown",
+    "pipeline": "a message's whole way: read, admit, journal, batch, frame, send, receipt, "
+    "outcome",
+    "server": "the daemon's lifecycle: startup, signals, shutdown",
     "cli": "the command line",
     "__main__": "python -m pulsar_bruce",
 }
