@@ -20,6 +20,7 @@ its end (:meth:`Pipeline.stop_reading`, :meth:`seal_all`, :meth:`settle`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 
 from pulsar_bruce.config import Config
@@ -62,6 +63,8 @@ class Pipeline:
         self.spooler = stages.spooler_stage(
             self.store, self.policy, self.intake, self.pool, self.topics, self.journal
         )
+        #: Where the disk refuses a write, memory keeps what it has room for.
+        self._into_memory = functools.partial(self.intake.replay_datagram, previous_run=False)
         #: The read stage, built at start (it needs the sockets).
         self.reader: DatagramReader | None = None
         self.stream_server: StreamServer | None = None
@@ -76,7 +79,7 @@ class Pipeline:
 
     def after_drain(self) -> None:
         """A drain ended: the spool's held datagrams to disk, the full batches to brokers."""
-        self.policy.write_held()
+        self.policy.write_held(self._into_memory)
         self.topics.flush_dirty()
 
     def datagram_reader_for(self, sock: socket.socket) -> DatagramReader:
@@ -151,7 +154,7 @@ class Pipeline:
 
     def seal_all(self) -> None:
         """Shutdown, step 2: every held datagram to disk, every open batch sealed and sent."""
-        self.policy.write_held()
+        self.policy.write_held(self._into_memory)
         self.topics.seal_all()
 
     async def settle(self, timeout_s: float, stop_now: asyncio.Event) -> None:

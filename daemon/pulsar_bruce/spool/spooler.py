@@ -64,7 +64,8 @@ class Spooler:
         self._broker_reachable = broker_reachable
         self._after_replay = after_replay
         self.journal = journal
-        policy.into_memory = functools.partial(replayer.replay_datagram, previous_run=False)
+        #: Where the disk refuses a write, memory keeps what it has room for.
+        self._into_memory = functools.partial(replayer.replay_datagram, previous_run=False)
         self._previous_run_segments: set[str] = set()
         self._stopping = False
 
@@ -103,7 +104,7 @@ class Spooler:
 
     def tick(self, now: float) -> None:
         policy = self.policy
-        policy.write_held()
+        policy.write_held(self._into_memory)
         policy.watch_brokers(now, self._broker_reachable())
         if self._stopping:
             return
@@ -139,7 +140,7 @@ class Spooler:
         """Write ``front`` (what memory still holds) before everything else on disk, and
         close the store; False when it did not fit or could not be written."""
         self._stopping = True
-        self.policy.write_held()
+        self.policy.write_held(self._into_memory)
         written = False
         if front and self.store.has_room(sum(len(record) for record in front)):
             try:

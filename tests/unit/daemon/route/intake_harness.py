@@ -6,6 +6,7 @@ test_intake_identity.py."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import struct
 from pathlib import Path
@@ -114,6 +115,11 @@ class Harness:
         topic.rate_budget = self.rate_budget
 
     # -- input ------------------------------------------------------------------------
+
+    def write_held(self) -> None:
+        """A socket drain ended: what the policy holds to disk, as ``Pipeline.after_drain``
+        does (where the disk refuses, memory keeps what it has room for)."""
+        self.policy.write_held(functools.partial(self.intake.replay_datagram, previous_run=False))
 
     def send(self, datagram: bytes) -> None:
         assert self.intake.admit(datagram) is True  # a datagram is always counted
