@@ -128,7 +128,7 @@ def main(
         return
     if check_config:
         from pulsar_bruce.route.topic_settings import encryption_recipients
-        from pulsar_bruce.service.wiring import connection_security
+        from pulsar_bruce.service.connection_options import connection_security
 
         try:  # the TLS, token and encryption key files must be usable too
             connection_security(config)

@@ -1,4 +1,4 @@
-"""The daemon's lifecycle: wire the parts, start, serve, shut down (after uvicorn's server.py).
+"""The daemon's lifecycle: build the pipeline, start, serve, shut down (after uvicorn's server.py).
 
 Startup opens the metrics endpoint and the input sockets and reads until
 SIGTERM or SIGINT.  Shutdown stops reading, drains what is already queued in
@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 import signal
 import socket
@@ -23,28 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from pulsar_bruce.config import TOPIC_OPTIONS, Config, ConfigError
-from pulsar_bruce.config.names import stable_producer_name
-from pulsar_bruce.connection.pool import ConnectionPool
-from pulsar_bruce.input.pipeline import Pipeline
-from pulsar_bruce.input.socket_reader import DatagramReader
-from pulsar_bruce.input.stream_server import StreamServer
 from pulsar_bruce.input.unix_sockets import open_unix_socket
-from pulsar_bruce.lifecycle.topic_manager import TopicManager
 from pulsar_bruce.metrics.http import MetricsServer
 from pulsar_bruce.metrics.registry import Metrics, SpoolGauges
 from pulsar_bruce.metrics.reject_log import RejectLog
 from pulsar_bruce.metrics.status import status_document
 from pulsar_bruce.model.ledger import Ledger
-from pulsar_bruce.producer.delivery import DeliveryPolicy
-from pulsar_bruce.route.intake import Intake
-from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.topic_settings import TopicConfigurator
-from pulsar_bruce.service import descriptors, shutdown, systemd
-from pulsar_bruce.service.wiring import connection_security, discard_log_of
-from pulsar_bruce.spool.journal import Journal
-from pulsar_bruce.spool.policy import SpoolPolicy
-from pulsar_bruce.spool.spooler import Spooler
-from pulsar_bruce.spool.store import SpoolStore
+from pulsar_bruce.pipeline.flow import Pipeline
+from pulsar_bruce.service import descriptors, systemd
+from pulsar_bruce.service.connection_options import connection_security
 
 log = logging.getLogger(__name__)
 
@@ -62,73 +48,25 @@ class Server:
         self.ledger = Ledger()
         # TLS context and credentials, built once (ConfigError naming the option if unusable).
         self.security = connection_security(config)
-        self.pool = ConnectionPool(
-            config.service_url,
-            ssl_context=self.security.ssl_context,
-            auth=self.security.auth,
-            advertised_listener=config.advertised_listener,
-        )
-        self.store = (
-            SpoolStore(config.spool_dir, config.spool_max_bytes, config.spool_fsync)
-            if config.spool_dir
-            else None
-        )
-        self.journal = (
-            Journal(config.spool_dir, config.spool_fsync)
-            if config.spool_dir and config.spool_journal
-            else None
-        )
-        self.outcomes = Outcomes(self.ledger, discard_log_of(config))
-        self.outcomes.journal = self.journal
-        self.policy = SpoolPolicy(
+        self.metrics = self._metrics()
+        self.pipeline = Pipeline(config, self.ledger, self.security, observer=self.metrics)
+        self._lifecycle_state()
+
+    # -- construction steps -------------------------------------------------------------
+
+    def _metrics(self) -> Metrics:
+        """The Prometheus families; they read the pipeline's topics, connections and spool
+        when scraped (the pipeline, built next, reports its batches to them)."""
+        return Metrics(
             self.ledger,
-            config.buffer_max_bytes,
-            self.store,
-            config.spool_after_s,
-            refused=functools.partial(self.outcomes.refused, sample=False),
+            lambda: self.pipeline.topics.registry,
+            lambda: len(self.pipeline.pool.connections),
+            self._spool_gauges,
         )
-        self.topic_settings = TopicConfigurator(config)
-        self.topics = TopicManager(
-            self.pool,
-            self.outcomes,
-            self.topic_settings,
-            DeliveryPolicy(
-                receipt_timeout_s=config.receipt_timeout_s,
-                send_timeout_s=config.send_timeout_s,
-                max_send_attempts=config.max_send_attempts,
-            ),
-            producer_name=stable_producer_name(config.producer_name_prefix, config.socket),
-            metadata_refresh_s=config.metadata_refresh_s,
-        )
-        self.topics.journal = self.journal
-        registry, pool = self.topics.registry, self.pool
-        self.metrics = Metrics(
-            self.ledger, lambda: registry, lambda: len(pool.connections), self._spool_gauges
-        )
-        self.outcomes.observer = self.metrics
-        self.intake = Intake(
-            self.topics.registry,
-            self.topics.appender,
-            self.ledger,
-            self.policy,
-            self.outcomes,
-            max_message_bytes=self.topic_settings.largest_message_bytes(),
-        )
-        self.spooler = (
-            Spooler(
-                self.store,
-                self.policy,
-                self.intake,
-                broker_reachable=lambda: bool(pool.connections),
-                after_replay=self.topics.flush_dirty,
-                journal=self.journal,
-            )
-            if self.store is not None
-            else None
-        )
-        self.pipeline = Pipeline(self.intake, self.policy, self.topics, self.journal)
-        self.reader: DatagramReader | None = None
-        self.stream_server: StreamServer | None = None
+
+    def _lifecycle_state(self) -> None:
+        """What startup, the main loop and shutdown keep: tasks, stop events, the sockets'
+        names, the metrics endpoint (opened at startup) and systemd's notifier."""
         self.metrics_server: MetricsServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
@@ -137,7 +75,7 @@ class Server:
         self.started_at = time.time()
         self.notifier = systemd.Notifier.from_environ()
         self.socket_activated = False
-        self.socket_name = config.socket
+        self.socket_name = self.config.socket
 
     # -- main loop ------------------------------------------------------------------
 
@@ -179,25 +117,8 @@ class Server:
             )
             await self.metrics_server.start()
         datagram_socket, stream_socket = self._open_input_sockets()
-        if self.journal is not None:  # what a crash left, before anything new
-            self.intake.replay_journal(self.journal.open())
-            self.journal.drop_previous()
-        self.reader = self.pipeline.datagram_reader(datagram_socket)
-        self.reader.start()
-        stream_path = config.stream_socket_path
-        if stream_path is not None or stream_socket is not None:
-            self.stream_server = self.pipeline.stream_server(
-                stream_path or "",
-                config.socket_mode,
-                config.socket_group,
-                self._stream_connection_cap(),
-                config.buffer_max_bytes,
-            )
-            await self.stream_server.start(stream_socket)
-        if self.spooler is not None:
-            self.spooler.open()
-            self._spawn(self.spooler.run())
-        self.topics.start()
+        cap = self._stream_connection_cap() if self._has_stream_socket(stream_socket) else 0
+        await self.pipeline.start(datagram_socket, stream_socket, cap)
         self._spawn(self._log_rejects_periodically())
         if self.notifier.enabled:
             self._spawn(self._notify_periodically())
@@ -216,14 +137,15 @@ class Server:
     async def _abandon_startup(self) -> None:
         """A start refused half-way (a stream socket in use, an unusable spool) leaves no
         socket file of ours behind for senders to write into, and no port open."""
-        if self.reader is not None:
-            self.reader.stop()
-            self.reader.sock.close()
+        reader, stream_server = self.pipeline.reader, self.pipeline.stream_server
+        if reader is not None:
+            reader.stop()
+            reader.sock.close()
             if not self.socket_activated:
                 with contextlib.suppress(OSError):
                     Path(self.config.socket).unlink()
-        if self.stream_server is not None:
-            await self.stream_server.stop()  # unlinks only a socket it made
+        if stream_server is not None:
+            await stream_server.stop()  # unlinks only a socket it made
         if self.metrics_server is not None:
             await self.metrics_server.stop()
 
@@ -241,34 +163,19 @@ class Server:
 
     async def shutdown(self) -> None:
         self.notifier.stopping(self._status())
-        reader = self.reader
-        if reader is not None:
-            if not self.socket_activated:  # systemd's socket outlives us, and keeps queueing
-                with contextlib.suppress(OSError):
-                    Path(self.config.socket).unlink()
-            # What senders queued before we stopped is ours to deliver.
-            reader.close_after_final_drain(refuse_new=not self.socket_activated)
-        if self.stream_server is not None:
-            self.stream_server.stop_reading()
-        if self.spooler is not None:
-            self.spooler.stop_replaying()  # what is on disk stays there for the next start
-        self.policy.write_held()
-        self.topics.seal_all()
-        await shutdown.wait_for_receipts(
-            self.ledger, self.config.shutdown_timeout_s, self._stop_now, self.spooler is not None
-        )
-        shutdown.keep_or_discard_the_rest(
-            self.topics.registry, self.ledger, self.outcomes, self.spooler, self._stop_now.is_set()
-        )
-        if self.journal is not None:  # all of it is acked, spooled or discarded now
-            self.journal.close()
+        pipeline = self.pipeline
+        if pipeline.reader is not None and not self.socket_activated:
+            # systemd's socket outlives us, and keeps queueing.
+            with contextlib.suppress(OSError):
+                Path(self.config.socket).unlink()
+        # What senders queued before we stopped is ours to deliver.
+        pipeline.stop_reading(refuse_new=not self.socket_activated)
+        pipeline.seal_all()
+        await pipeline.settle(self.config.shutdown_timeout_s, self._stop_now)
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.topics.stop()
-        self.pool.close_all()
-        if self.stream_server is not None:
-            await self.stream_server.stop()
+        await pipeline.stop()
         if self.metrics_server is not None:
             await self.metrics_server.stop()
         ledger = self.ledger
@@ -283,14 +190,15 @@ class Server:
         """SIGHUP: re-read the configuration and apply its per-topic settings, dropping nothing."""
         if self._reload is None:
             return
+        pipeline = self.pipeline
         try:
             config = self._reload()
-            self.topic_settings.reconfigure(config, [])  # reads the encryption keys again
+            pipeline.topic_settings.reconfigure(config, [])  # reads the encryption keys again
         except ConfigError as exc:
             log.error("SIGHUP: configuration not reloaded: %s", exc)
             return
-        for topic in self.topics.registry:
-            self.topics.apply_settings(topic)
+        for topic in pipeline.topics.registry:
+            pipeline.topics.apply_settings(topic)
         ignored = [
             f.name
             for f in dataclasses.fields(config)
@@ -299,16 +207,20 @@ class Server:
         ]
         if ignored:
             log.warning("SIGHUP: %s take effect only on restart", ", ".join(ignored))
-        self.intake.max_message_bytes = min(
-            self.intake.max_message_bytes, self.topic_settings.largest_message_bytes()
+        intake = pipeline.intake
+        intake.max_message_bytes = min(
+            intake.max_message_bytes, pipeline.topic_settings.largest_message_bytes()
         )  # the socket buffer cannot grow without a restart
         log.info(
             "SIGHUP: per-topic settings reloaded (%d overrides, %d topics)",
             len(config.topic_overrides),
-            len(self.topics.registry),
+            len(pipeline.topics.registry),
         )
 
     # -- edges ---------------------------------------------------------------------------
+
+    def _has_stream_socket(self, activated: socket.socket | None) -> bool:
+        return self.config.stream_socket_path is not None or activated is not None
 
     def _stream_connection_cap(self) -> int:
         """``--stream-max-connections``, lowered if the descriptor limit would not leave a
@@ -340,7 +252,7 @@ class Server:
         return own, activated_stream
 
     def _spool_gauges(self) -> SpoolGauges:
-        store = self.store
+        store = self.pipeline.store
         return SpoolGauges(store.size_bytes, store.corrupt_records) if store else SpoolGauges(0, 0)
 
     def status_document(self) -> dict[str, Any]:
@@ -350,9 +262,9 @@ class Server:
             service_url=self.config.service_url,
             config_file=self.config.config_file,
             stats=self.ledger,
-            topics=self.topics.registry,
-            connections=[c.address for c in self.pool.connections],
-            recent_rejects=self.outcomes.recent_rejects,
+            topics=self.pipeline.topics.registry,
+            connections=[c.address for c in self.pipeline.pool.connections],
+            recent_rejects=self.pipeline.outcomes.recent_rejects,
         )
 
     def _status(self) -> str:
@@ -360,7 +272,7 @@ class Server:
         return systemd.status_line(
             "stopping" if self._stop.is_set() else f"receiving on {self.socket_name}",
             ledger.buffered_messages,
-            len(self.pool.connections),
+            len(self.pipeline.pool.connections),
             ledger.received,
             ledger.acked,
             ledger.discarded_total,
@@ -371,7 +283,7 @@ class Server:
         rejects = RejectLog(time.monotonic(), self.ledger.discarded)
         while True:
             await asyncio.sleep(_REJECT_CHECK_S)
-            now, samples = time.monotonic(), self.outcomes.recent_rejects
+            now, samples = time.monotonic(), self.pipeline.outcomes.recent_rejects
             for line in rejects.lines(now, self.ledger.discarded, samples):
                 log.warning("%s", line)
 
@@ -385,4 +297,3 @@ class Server:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-

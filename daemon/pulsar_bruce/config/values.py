@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from pathlib import PurePath
 
-from pulsar_bruce.model.groups import group_id
+from pulsar_bruce.model.group_lookup import group_id
 from pulsar_bruce.model.schema import ProducerSchema
 from pulsar_bruce.model.service_url import ServiceUrl
 from pulsar_bruce.model.vocabulary import Compression, FsyncPolicy, KeyRouting

@@ -78,18 +78,22 @@ class DatagramReader:
         after_drain: Callable[[], None],
         max_datagram_bytes: int,
         *,
-        reads_on_loop: bool = False,
+        admit_run: Callable[[list[bytes]], object] | None = None,
+        after_slab: Callable[[tuple[int, int] | None], None] | None = None,
     ):
-        #: Read on the loop whatever the queue's length (a journal must see a slab before the
-        #: next is read: slabs waiting on a receive thread would die with the process).
-        self.reads_on_loop = reads_on_loop
         self.sock = sock
         self._handle = handle
+        #: Admits a slab's datagrams in order, in one call (``Intake.admit_datagrams``; by
+        #: default ``handle`` for each): the compiled reader's.
+        self.admit_run = admit_run or self._admit_each
         self._after_drain = after_drain
         #: With a write-ahead journal: called after each slab read on the loop (every
         #: ``SLAB`` datagrams for the Python reader) with (socket fd, datagrams peeked), or
         #: None when not peeking, for the journal to write, then take the slab off the queue.
-        self.after_slab: Callable[[tuple[int, int] | None], None] | None = None
+        self.after_slab = after_slab
+        #: Read on the loop whatever the queue's length (a journal must see a slab before the
+        #: next is read: slabs waiting on a receive thread would die with the process).
+        self.reads_on_loop = after_slab is not None
         #: Reads leave the datagrams queued (MSG_PEEK, SO_PEEK_OFF) until ``after_slab``.
         self.peek = False
         # One byte more than the limit, so an oversized datagram is seen as such, not
@@ -99,9 +103,15 @@ class DatagramReader:
         self._view = memoryview(self._buffer)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._open(max_datagram_bytes)
+        if after_slab is not None:
+            self.start_peeking()
 
     def _open(self, max_datagram_bytes: int) -> None:
         """What a subclass sets up besides the buffer (the receive thread)."""
+
+    def _admit_each(self, datagrams: list[bytes]) -> None:
+        for data in datagrams:
+            self._handle(data)
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -201,12 +211,8 @@ class ThreadedDatagramReader(DatagramReader):
     #: Whether :meth:`start` starts the receive thread (else the loop watches the socket).
     threaded: bool
 
-    #: Admits a slab's datagrams in order, in one call (``Intake.admit_datagrams``).
-    admit_run: Callable[[list[bytes]], object]
-
     def _open(self, max_datagram_bytes: int) -> None:
         assert compiled is not None
-        self.admit_run = self._admit_each
         qlen = kernel_queue_length()
         forced = os.environ.get(RECEIVE_ENV)
         self.threaded = receive_on_thread(qlen, forced) and not (
@@ -235,10 +241,6 @@ class ThreadedDatagramReader(DatagramReader):
             self._loop.remove_reader(self._receiver.wake_fd)
             self._loop = None
         self._receiver.stop()
-
-    def _admit_each(self, datagrams: list[bytes]) -> None:
-        for data in datagrams:
-            self._handle(data)
 
     def drain(self) -> int:
         """Handle what the thread has read (then, if it is stopped, the socket's queue)."""
@@ -290,33 +292,27 @@ def datagram_reader(
     max_datagram_bytes: int,
     admit_run: Callable[[list[bytes]], object] | None = None,
     *,
-    journal_sync: Callable[[tuple[int, int] | None], None] | None = None,
+    after_slab: Callable[[tuple[int, int] | None], None] | None = None,
 ) -> DatagramReader:
     """The compiled intake's threaded reader where it is built, else the Python one.
 
     Called once at startup, so it also says which intake runs (a warning when the
     extension was not built: the daemon works, at a higher CPU cost per message).
-    ``journal_sync``: the write-ahead journal's, called after every slab, which is then
+    ``after_slab``: the write-ahead journal's sync, called after every slab, which is then
     read on the event loop, peeked, and taken off the queue once it is journalled.
     """
-    reader: DatagramReader
     if compiled is None:
         level = logging.INFO if PYTHON_BY_CHOICE else logging.WARNING
         log.log(level, "intake: %s", INTAKE_DESCRIPTION)
-        reader = DatagramReader(sock, handle, after_drain, max_datagram_bytes)
     else:
         try:
-            reader = threaded = ThreadedDatagramReader(
-                sock, handle, after_drain, max_datagram_bytes, reads_on_loop=bool(journal_sync)
-            )
-            if admit_run is not None:
-                threaded.admit_run = admit_run
+            threaded = ThreadedDatagramReader(
+                sock, handle, after_drain, max_datagram_bytes, admit_run=admit_run,
+                after_slab=after_slab,
+            )  # fmt: skip
             where = "on its own thread" if threaded.threaded else "on the event loop"
             log.info("intake: compiled (recvmmsg %s)", where)
+            return threaded
         except OSError as error:  # no address space for the slabs (strict overcommit)
             log.warning("receive thread unavailable (%s): reading on the event loop", error)
-            reader = DatagramReader(sock, handle, after_drain, max_datagram_bytes)
-    reader.after_slab = journal_sync
-    if journal_sync is not None:
-        reader.start_peeking()
-    return reader
+    return DatagramReader(sock, handle, after_drain, max_datagram_bytes, after_slab=after_slab)

@@ -19,7 +19,7 @@ import socket
 import stat
 from pathlib import Path
 
-from pulsar_bruce.model.groups import group_id
+from pulsar_bruce.model.group_lookup import group_id
 
 #: Receive buffer we ask the kernel for on the datagram socket; it caps it at
 #: net.core.rmem_max.

@@ -16,6 +16,7 @@ import struct
 import time
 
 from pulsar_bruce.batch.batch_builder import batch_entries_of
+from pulsar_bruce.config import Config
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.parse.datagram import (
@@ -134,3 +135,10 @@ def head_fields(head: bytes, size: int) -> tuple[str, bytes, int] | None:
         return None
     topic = head[topic_at + 2 : topic_end].decode("utf-8", "replace")
     return topic, head[key_start : key_start + key_size], offset + 4
+
+
+def discard_log_of(config: Config) -> DiscardLog | None:
+    """The ``--discard-log`` writer, or None when it is off."""
+    if not config.discard_log:
+        return None
+    return DiscardLog(config.discard_log, config.discard_log_max_bytes, config.discard_log_archives)

@@ -47,6 +47,21 @@ class SendJournal(Protocol):
         """Journal the sequence ids ``batches`` go under (before they are written)."""
 
 
+class Unjournalled:
+    """A producer's journal when there is none: nothing to write before a batch is framed or
+    sent (the whole stage without a journal is ``spool/journal_stage.py``'s ``NoJournal``)."""
+
+    def sync_producer(self, producer: Any) -> None:
+        pass
+
+    def sent(self, producer: Any, batches: list[SealedBatch]) -> None:
+        pass
+
+
+#: The driver's journal where none is given (stateless: one is enough).
+UNJOURNALLED: SendJournal = Unjournalled()
+
+
 @dataclass(frozen=True, slots=True)
 class DeliveryPolicy:
     """How long and how often a batch is tried before it is given up."""

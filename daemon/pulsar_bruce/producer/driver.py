@@ -41,7 +41,12 @@ from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.producer.answers import BrokerAnswers
 from pulsar_bruce.producer.availability import Availability
 from pulsar_bruce.producer.backoff import Retry
-from pulsar_bruce.producer.delivery import DeliveryListener, DeliveryPolicy, SendJournal
+from pulsar_bruce.producer.delivery import (
+    UNJOURNALLED,
+    DeliveryListener,
+    DeliveryPolicy,
+    SendJournal,
+)
 from pulsar_bruce.producer.faults import (
     Refusal,
     answered,
@@ -67,7 +72,7 @@ class ProducerDriver(BrokerAnswers):
         pool: ConnectionPool,
         listener: DeliveryListener,
         delivery: DeliveryPolicy | None = None,
-        journal: SendJournal | None = None,
+        journal: SendJournal = UNJOURNALLED,
         *,
         clock: Callable[[], float] = time.monotonic,
     ):
@@ -334,8 +339,7 @@ class ProducerDriver(BrokerAnswers):
         if connection is None or not self.producer.has_unsent:
             return
         journal = self.journal
-        if journal is not None:  # what was queued, before framing takes the entries
-            journal.sync_producer(self.producer)
+        journal.sync_producer(self.producer)  # what was queued, before framing takes the entries
         out = self.producer.frames_to_send(
             time.time_ns() // 1_000_000,
             connection.core.max_message_size,
@@ -354,8 +358,7 @@ class ProducerDriver(BrokerAnswers):
         for batch in out.batches:
             batch.sent_at = now
         self.listener.batches_sent(out.batches, out.resent_messages)
-        if journal is not None:
-            journal.sent(self.producer, out.batches)
+        journal.sent(self.producer, out.batches)
         connection.writelines(out.frames)
         if self._receipt_check is None and self.producer.in_flight:
             self._receipt_check = self._loop.call_later(

@@ -16,10 +16,13 @@ import logging
 from collections.abc import Callable
 
 from pulsar_bruce.connection.broker_connection import ConnectionClosedError, ServerError
+from pulsar_bruce.connection.pool import ConnectionPool
 from pulsar_bruce.frame import commands
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
+from pulsar_bruce.producer.delivery import DeliveryListener, DeliveryPolicy
 from pulsar_bruce.producer.driver import ProducerDriver
 from pulsar_bruce.producer.faults import Refusal, creation_refusal
+from pulsar_bruce.producer.partition_producer import PartitionProducer
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +36,20 @@ SETTLED_CHECK_S = 1.0
 class SequencedDriver(ProducerDriver):
     """Keeps a sender-numbered producer connected; closes it when its sender is done."""
 
-    on_closed: Callable[[SequencedDriver], None] = staticmethod(lambda driver: None)
     _closing = False
+
+    def __init__(
+        self,
+        producer: PartitionProducer,
+        pool: ConnectionPool,
+        listener: DeliveryListener,
+        delivery: DeliveryPolicy | None = None,
+        *,
+        on_closed: Callable[[SequencedDriver], None] = lambda driver: None,
+    ):
+        super().__init__(producer, pool, listener, delivery)
+        #: Told once the producer is closed on the broker (its topic manager forgets it).
+        self.on_closed = on_closed
 
     def retire(self) -> None:
         """The sender is gone: send what it left, then close the producer on the broker."""

@@ -13,13 +13,11 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from pulsar_bruce import reasons
-from pulsar_bruce.batch.batch_builder import batch_entries_of
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import settle_tags
 from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.route.router import Topic
-from pulsar_bruce.spool import records as spool_records
-from pulsar_bruce.spool.journal import Journal
+from pulsar_bruce.spool.journal_stage import NO_JOURNAL, JournalStage
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +49,7 @@ class Outcomes:
         ledger: Ledger,
         evidence: Evidence | None = None,
         observer: BatchObserver | None = None,
+        journal: JournalStage = NO_JOURNAL,
     ):
         self.ledger = ledger
         self.evidence = evidence
@@ -59,15 +58,13 @@ class Outcomes:
         self.recent_rejects: deque[tuple[str, bytes]] = deque(maxlen=REJECT_SAMPLES)
         #: Broker topics whose producer name conflict has been logged (once each).
         self.name_conflicts_logged: set[str] = set()
-        #: The write-ahead journal, told of every batch settled (None: no journal).
-        self.journal: Journal | None = None
+        #: The journal stage, told of every batch settled.
+        self.journal = journal
 
     def for_topic(self, topic: Topic) -> TopicDelivery:
         return TopicDelivery(self, topic)
 
-    def refused(
-        self, reason: str, data: bytes, *, sample: bool, size: int | None = None
-    ) -> None:
+    def refused(self, reason: str, data: bytes, *, sample: bool, size: int | None = None) -> None:
         """Evidence of a message refused at the door (the ledger has counted it);
         ``size``: the whole record's, when ``data`` is only its first bytes."""
         if sample:
@@ -85,8 +82,7 @@ class Outcomes:
         if batch.tags:
             settle_tags(batch.tags, None)
         self.ledger.ack(topic.stats, batch.count, batch.buffer_bytes)
-        if self.journal is not None:
-            self.journal.settled(batch)
+        self.journal.settled(batch)
 
     def already_stored(self, topic: Topic, batch: SealedBatch) -> None:
         """Sender-numbered messages the broker had before (an earlier attempt stored them)."""
@@ -96,8 +92,7 @@ class Outcomes:
 
     def discarded(self, topic: Topic, batch: SealedBatch, reason: str) -> None:
         self.ledger.discard(reason, batch.count, batch.buffer_bytes, topic.stats)
-        if self.journal is not None:
-            self.journal.settled(batch)
+        self.journal.settled(batch)
         if batch.tags:
             settle_tags(batch.tags, reason)
         self.batch_evidence(reason, topic, batch)
@@ -193,54 +188,3 @@ class TopicDelivery:
                 broker_topic,
                 name,
             )
-
-
-def spool_records_of(topics: Iterable[Topic]) -> tuple[list[bytes], int, int]:
-    """Shutdown with a spool: every buffered message as spool records, oldest first per
-    partition, with their message count and memory charge (nothing is removed yet)."""
-    front: list[bytes] = []
-    count = charge = 0
-    for topic in topics:
-        for partition, batch in topic.unrouted_batches:
-            kept = batch.sequence_id if batch.producer_name else -1
-            front.append(
-                spool_records.encode_batch(
-                    topic.name, partition, kept, batch.count, batch.payload, batch.producer_name
-                )
-            )
-            count += batch.count
-            charge += batch.buffer_bytes
-        for producer in topic.owned_producers():
-            producer.seal()
-            for batch in producer.pending:
-                if not batch.payload:  # already framed: take the entries out of the frame
-                    batch.payload = batch_entries_of(batch)
-                sent_as = ""  # the producer name its sequence ids belong to, if it was sent
-                if batch.sequence_id >= 0:
-                    sent_as = batch.producer_name or producer.name or ""
-                front.append(
-                    spool_records.encode_batch(
-                        topic.name,
-                        producer.partition,
-                        batch.sequence_id,
-                        batch.count,
-                        batch.payload,
-                        sent_as,
-                    )
-                )
-                count += batch.count
-                charge += batch.buffer_bytes
-        for message in topic.unrouted:
-            front.append(spool_records.encode(spool_records.DATAGRAM, message.data))
-            count += 1
-            charge += message.charge
-    return front, count, charge
-
-
-def forget_buffered(topics: Iterable[Topic]) -> None:
-    """After :func:`spool_records_of` was written: memory holds none of it any more."""
-    for topic in topics:
-        topic.unrouted_batches.clear()
-        topic.unrouted.clear()
-        for producer in topic.producers:
-            producer.queue.take_all()

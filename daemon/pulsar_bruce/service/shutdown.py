@@ -1,4 +1,5 @@
-"""The shutdown's wait for receipts, and what becomes of the messages it leaves.
+"""The shutdown's wait for receipts, and what becomes of the messages it leaves: spooled
+at the front of the spool (:func:`spool_records_of`), else discarded.
 
 The wait says up front what it waits for and for how long: with the broker
 down it lasts the whole ``--shutdown-timeout-s``, and a silent pause reads as
@@ -15,9 +16,11 @@ import time
 from collections.abc import Iterable
 
 from pulsar_bruce import reasons
+from pulsar_bruce.batch.batch_builder import batch_entries_of
 from pulsar_bruce.model.ledger import Ledger
-from pulsar_bruce.route.outcomes import Outcomes, forget_buffered, spool_records_of
+from pulsar_bruce.route.outcomes import Outcomes
 from pulsar_bruce.route.router import Topic
+from pulsar_bruce.spool import records as spool_records
 from pulsar_bruce.spool.spooler import Spooler
 
 log = logging.getLogger(__name__)
@@ -68,3 +71,54 @@ def keep_or_discard_the_rest(
     left = outcomes.discard_everything(topics, reasons.SHUTDOWN)
     if left:
         log.warning("%s: discarded %d unacknowledged messages", why, left)
+
+
+def spool_records_of(topics: Iterable[Topic]) -> tuple[list[bytes], int, int]:
+    """Shutdown with a spool: every buffered message as spool records, oldest first per
+    partition, with their message count and memory charge (nothing is removed yet)."""
+    front: list[bytes] = []
+    count = charge = 0
+    for topic in topics:
+        for partition, batch in topic.unrouted_batches:
+            kept = batch.sequence_id if batch.producer_name else -1
+            front.append(
+                spool_records.encode_batch(
+                    topic.name, partition, kept, batch.count, batch.payload, batch.producer_name
+                )
+            )
+            count += batch.count
+            charge += batch.buffer_bytes
+        for producer in topic.owned_producers():
+            producer.seal()
+            for batch in producer.pending:
+                if not batch.payload:  # already framed: take the entries out of the frame
+                    batch.payload = batch_entries_of(batch)
+                sent_as = ""  # the producer name its sequence ids belong to, if it was sent
+                if batch.sequence_id >= 0:
+                    sent_as = batch.producer_name or producer.name or ""
+                front.append(
+                    spool_records.encode_batch(
+                        topic.name,
+                        producer.partition,
+                        batch.sequence_id,
+                        batch.count,
+                        batch.payload,
+                        sent_as,
+                    )
+                )
+                count += batch.count
+                charge += batch.buffer_bytes
+        for message in topic.unrouted:
+            front.append(spool_records.encode(spool_records.DATAGRAM, message.data))
+            count += 1
+            charge += message.charge
+    return front, count, charge
+
+
+def forget_buffered(topics: Iterable[Topic]) -> None:
+    """After :func:`spool_records_of` was written: memory holds none of it any more."""
+    for topic in topics:
+        topic.unrouted_batches.clear()
+        topic.unrouted.clear()
+        for producer in topic.producers:
+            producer.queue.take_all()

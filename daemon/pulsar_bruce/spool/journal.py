@@ -67,6 +67,9 @@ _Holder = BatchBuilder | SealedBatch | _WaitGroup
 class Journal:
     """Journals batches and waiting messages, settles them, frees and copies forward segments."""
 
+    #: A slab stays on its socket until it is journalled (see ``journal_stage.JournalStage``).
+    write_ahead = True
+
     def __init__(
         self,
         directory: str | Path,

@@ -7,7 +7,7 @@ everything else held during the same socket drain (one write, one fsync under
 messages queue behind it there, so order is kept, until the spool is drained.
 Without a spool (or with a full one) the message cannot be taken.  When the
 disk refuses a write (a full filesystem, an I/O error), what memory still has
-room for is taken into memory instead (:attr:`SpoolPolicy.into_memory`), the
+room for is taken into memory instead (``write_held``'s ``into_memory``), the
 rest is discarded as ``buffer_full``; the next drain tries the disk again, so
 the spool takes messages again as soon as the disk has room.
 
@@ -45,9 +45,6 @@ class SpoolPolicy:
         self.unreachable_after_s = unreachable_after_s
         #: Evidence of each datagram discarded here (``Outcomes.refused``: the discard log).
         self.refused = refused
-        #: Takes a datagram this run spilled back into memory (the intake's replay, set by
-        #: the spooler): where the disk refuses a write, memory keeps what it has room for.
-        self.into_memory: Callable[[bytes], None] | None = None
         #: What memory may hold now (``buffered_bytes`` plus a new message's charge at most):
         #: the cap, or -1 while spilling, when new messages queue behind the spool, on disk.
         self.memory_limit = buffer_max_bytes
@@ -89,11 +86,12 @@ class SpoolPolicy:
 
     # -- per drain or tick -------------------------------------------------------------
 
-    def write_held(self) -> None:
+    def write_held(self, into_memory: Callable[[bytes], None] | None = None) -> None:
         """Write the datagrams held since the last call, in one write.
 
         If the disk refuses them (the store leaves none of them on disk), those
-        memory has room for go to memory (:attr:`into_memory`), oldest first, and
+        memory has room for go to memory (``into_memory``: the intake's replay), oldest
+        first, and
         the rest are discarded as ``buffer_full`` (the spool is as good as full),
         each given to :attr:`refused` (the discard log); logged once per failed write.
         """
@@ -104,7 +102,7 @@ class SpoolPolicy:
         try:
             self.store.append(b"".join(held), len(held))
         except OSError as exc:  # disk full, I/O error: memory, else as if the spool were full
-            kept = self._into_memory(held)
+            kept = self._into_memory(held, into_memory)
             log.error(
                 "spool %s: cannot write (%s); %d messages kept in memory, %d discarded as "
                 "buffer_full",
@@ -120,9 +118,8 @@ class SpoolPolicy:
                 for record in held[kept:]:
                     self.refused(reasons.BUFFER_FULL, record[records.HEADER_SIZE + 1 :])
 
-    def _into_memory(self, held: list[bytes]) -> int:
+    def _into_memory(self, held: list[bytes], into_memory: Callable[[bytes], None] | None) -> int:
         """Give the first of ``held`` (records) to memory while it has room; how many."""
-        into_memory = self.into_memory
         if into_memory is None:
             return 0
         ledger = self.ledger

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from pulsar_bruce.spool import records
-from pulsar_bruce.spool.journal import Journal
+from pulsar_bruce.spool.journal_stage import NO_JOURNAL, JournalStage
 from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.spool.records import SpooledBatch
 from pulsar_bruce.spool.store import SpoolStore
@@ -56,7 +56,7 @@ class Spooler:
         *,
         broker_reachable: Callable[[], bool],
         after_replay: Callable[[], None],
-        journal: Journal | None = None,
+        journal: JournalStage = NO_JOURNAL,
     ):
         self.store = store
         self.policy = policy
@@ -64,7 +64,8 @@ class Spooler:
         self._broker_reachable = broker_reachable
         self._after_replay = after_replay
         self.journal = journal
-        policy.into_memory = functools.partial(replayer.replay_datagram, previous_run=False)
+        #: Where the disk refuses a write, memory keeps what it has room for.
+        self._into_memory = functools.partial(replayer.replay_datagram, previous_run=False)
         self._previous_run_segments: set[str] = set()
         self._stopping = False
 
@@ -91,8 +92,7 @@ class Spooler:
                 if now - last_sync >= _SYNC_EVERY_S:
                     if self.store.fsync == "interval":
                         self.store.sync()
-                    if self.journal is not None:
-                        self.journal.tick()
+                    self.journal.tick()
                     last_sync = now
             except OSError as exc:
                 delay = min(delay * 2, _RETRY_MAX_S)
@@ -104,7 +104,7 @@ class Spooler:
 
     def tick(self, now: float) -> None:
         policy = self.policy
-        policy.write_held()
+        policy.write_held(self._into_memory)
         policy.watch_brokers(now, self._broker_reachable())
         if self._stopping:
             return
@@ -140,7 +140,7 @@ class Spooler:
         """Write ``front`` (what memory still holds) before everything else on disk, and
         close the store; False when it did not fit or could not be written."""
         self._stopping = True
-        self.policy.write_held()
+        self.policy.write_held(self._into_memory)
         written = False
         if front and self.store.has_room(sum(len(record) for record in front)):
             try:

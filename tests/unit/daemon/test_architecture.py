@@ -33,11 +33,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("producer",),  # one producer per partition: batches in flight, receipts
     ("spool",),  # the disk overflow and the memory-or-disk policy
     ("route",),  # intake, topics, routing, outcomes (sans-IO)
-    ("lifecycle",),  # topics at the edge: partition lookups, producers, timers (asyncio)
+    ("topics",),  # topics at the edge: partition lookups, producers, timers (asyncio)
     ("input",),  # the datagram and stream sockets
     ("metrics",),  # Prometheus, /status, the discard log
     ("service",),  # systemd and logging
-    ("server", "cli", "__main__"),  # wiring and the command line
+    ("pipeline",),  # a message's whole way: the stages, built and driven in one object
+    ("server", "cli", "__main__"),  # the lifecycle and the command line
 )
 #: Pairs that the layer order would allow but that must not exist.
 FORBIDDEN = {("connection", "config")}
@@ -57,11 +58,13 @@ ROLES = {
     "producer": "per-partition producers and their asyncio drivers",
     "spool": "disk spool and the memory-or-disk policy",
     "route": "the intake, topics, routing and outcomes, sans-IO",
-    "lifecycle": "topics at the edge: partition lookups, producers and drivers, timers",
+    "topics": "topics at the edge: partition lookups, producers and drivers, timers",
     "input": "datagram and stream sockets",
     "metrics": "Prometheus, /status, discard log",
     "service": "systemd, logging, the shutdown wait",
-    "server": "wiring, startup, shutdown",
+    "pipeline": "a message's whole way: read, admit, journal, batch, frame, send, receipt, "
+    "outcome",
+    "server": "the daemon's lifecycle: startup, signals, shutdown",
     "cli": "the command line",
     "__main__": "python -m pulsar_bruce",
 }

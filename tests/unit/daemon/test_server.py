@@ -105,7 +105,7 @@ def test_shutdown_with_a_spool_keeps_what_is_left_for_the_next_start(tmp_path: P
     assert ledger.buffered_messages == ledger.spooled_messages == 7
     assert ledger.buffered_bytes == 0 and ledger.discarded_total == 0
     assert ledger.identity_holds()
-    assert server.store is not None and server.store.size_bytes > 0
+    assert server.pipeline.store is not None and server.pipeline.store.size_bytes > 0
 
 
 def test_sighup_reloads_per_topic_settings(tmp_path: Path) -> None:
@@ -127,7 +127,7 @@ def test_sighup_reloads_per_topic_settings(tmp_path: Path) -> None:
         await _until(lambda: server.ledger.received == 5)
         assert server.ledger.discarded["rate_limited"] == 2
         os.kill(os.getpid(), signal.SIGHUP)  # the reload drops the override: no limit
-        topic = server.topics.registry.by_name["persistent://public/default/t"]
+        topic = server.pipeline.topics.registry.by_name["persistent://public/default/t"]
         await _until(lambda: topic.rate_budget is None)
         _send(tmp_path / "bruce.sock", 5)
         await _until(lambda: server.ledger.received == 10)

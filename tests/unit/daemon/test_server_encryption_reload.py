@@ -25,11 +25,11 @@ def test_sighup_keeps_the_configuration_when_a_key_file_is_unusable(
         "encryption_keys": public,
     }
     server = Server(load_config(flags, {}), lambda: load_config(flags, {}))
-    in_force = server.topic_settings.config
+    in_force = server.pipeline.topic_settings.config
     Path(public).write_text("replaced by something else\n")
     with caplog.at_level(logging.ERROR):
         server.reload()
-    assert server.topic_settings.config is in_force
+    assert server.pipeline.topic_settings.config is in_force
     assert [r.getMessage() for r in caplog.records] == [
         f"SIGHUP: configuration not reloaded: --encryption-keys: {public} is not a PEM "
         "public key or certificate"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from pulsar_bruce.config import OPTIONS_BY_NAME, ConfigError, load_config
-from pulsar_bruce.service.wiring import oauth2_options
+from pulsar_bruce.service.connection_options import oauth2_options
 
 ISSUER = "https://auth.example.com/"
 TOGETHER = "--oauth2-issuer-url and --oauth2-credentials-file go together"

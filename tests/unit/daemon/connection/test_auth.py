@@ -12,7 +12,7 @@ from pulsar_bruce.connection.protocol import ConnectionCore, ConnectionState, Ha
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import FrameDecoder, encode_command
 from pulsar_bruce.model.secret import Secret
-from pulsar_bruce.service.wiring import connection_security
+from pulsar_bruce.service.connection_options import connection_security
 
 _T = pb.BaseCommand
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.dGVzdA.SIGNATURE-never-logged"

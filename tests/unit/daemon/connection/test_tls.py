@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pulsar_bruce.config import ConfigError, load_config
 from pulsar_bruce.connection.tls import TlsSetupError, build_ssl_context
-from pulsar_bruce.service.wiring import connection_security
+from pulsar_bruce.service.connection_options import connection_security
 
 from tests.support.pki import Pki, make_pki
 

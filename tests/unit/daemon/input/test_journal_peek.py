@@ -20,9 +20,11 @@ MAX = 64
 
 def reader_on(reader_class: type, receiver: socket.socket, slabs: list[int]) -> tuple:
     handled: list[bytes] = []
-    reader = reader_class(receiver, handled.append, lambda: None, MAX)
-    reader.after_slab = lambda consume: slabs.append(consume[1])  # records; consumes nothing
-    assert reader.start_peeking()
+    # Records each slab; consumes nothing.
+    reader = reader_class(
+        receiver, handled.append, lambda: None, MAX, after_slab=lambda c: slabs.append(c[1])
+    )
+    assert reader.peek
     return reader, handled
 
 

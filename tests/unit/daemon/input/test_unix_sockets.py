@@ -21,7 +21,7 @@ from pulsar_bruce.input.unix_sockets import (
     check_socket_directory,
     open_unix_socket,
 )
-from pulsar_bruce.model.groups import group_id
+from pulsar_bruce.model.group_lookup import group_id
 
 KINDS = [
     pytest.param(socket.SOCK_DGRAM, id="datagram"),

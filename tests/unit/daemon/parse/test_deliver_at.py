@@ -147,7 +147,7 @@ def test_a_spilled_delayed_message_keeps_its_delivery_time(tmp_path: Path) -> No
     h.intake.clock_ms = lambda: AT
     h.send(encode_message_record(T, b"later", timestamp_ms=1, deliver_after_ms=60_000))
     assert h.ledger.spooled_messages == 1
-    h.policy.write_held()
+    h.write_held()
     ((kind, datagram),) = records.iter_records(b"".join(p.read_bytes() for p in tmp_path.iterdir()))
     assert kind == records.DATAGRAM
     fields = parse_datagram_py(datagram)[5]  # type: ignore[index]

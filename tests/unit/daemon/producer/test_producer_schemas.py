@@ -15,7 +15,6 @@ from pulsar_bruce import reasons
 from pulsar_bruce.config import load_config
 from pulsar_bruce.connection.broker_connection import ServerError
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
-from pulsar_bruce.lifecycle.topic_manager import TopicManager
 from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.model.schema import NO_SCHEMA, ProducerSchema
 from pulsar_bruce.producer.delivery import DeliveryPolicy
@@ -25,6 +24,7 @@ from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProdu
 from pulsar_bruce.route.outcomes import Outcomes
 from pulsar_bruce.route.router import Topic
 from pulsar_bruce.route.topic_settings import TopicConfigurator
+from pulsar_bruce.topics.manager import TopicManager
 
 from tests.support.fakes_asyncio import FakeBrokerConnection, FakePool, RecordingListener, until
 

@@ -6,6 +6,7 @@ test_intake_identity.py."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import struct
 from pathlib import Path
@@ -17,9 +18,10 @@ from pulsar_bruce.model.ledger import Ledger, memory_charge
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.intake import Intake
-from pulsar_bruce.route.outcomes import Outcomes, forget_buffered, spool_records_of
+from pulsar_bruce.route.outcomes import Outcomes
 from pulsar_bruce.route.router import Topic
 from pulsar_bruce.route.topics import TopicRegistry
+from pulsar_bruce.service.shutdown import forget_buffered, spool_records_of
 from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.spool.spooler import Spooler
 from pulsar_bruce.spool.store import SpoolStore
@@ -113,6 +115,11 @@ class Harness:
         topic.rate_budget = self.rate_budget
 
     # -- input ------------------------------------------------------------------------
+
+    def write_held(self) -> None:
+        """A socket drain ended: what the policy holds to disk, as ``Pipeline.after_drain``
+        does (where the disk refuses, memory keeps what it has room for)."""
+        self.policy.write_held(functools.partial(self.intake.replay_datagram, previous_run=False))
 
     def send(self, datagram: bytes) -> None:
         assert self.intake.admit(datagram) is True  # a datagram is always counted

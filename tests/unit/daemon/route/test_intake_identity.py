@@ -125,7 +125,7 @@ class IntakeMachine(RuleBasedStateMachine):
 
     @rule()
     def socket_drained(self) -> None:
-        self.h.policy.write_held()
+        self.h.write_held()
 
     @rule()
     def disk_fails(self) -> None:
@@ -183,7 +183,7 @@ class IntakeMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         try:
             self.h.discard_everything()
-            self.h.policy.write_held()
+            self.h.write_held()
             self.h.check()
             for tag in self.confirmations:  # each record taken has its outcome
                 assert tag.outstanding == 0

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pulsar_bruce import reasons
 from pulsar_bruce.producer.partition_producer import BatchPolicy
-from pulsar_bruce.route.outcomes import forget_buffered, spool_records_of
+from pulsar_bruce.service.shutdown import forget_buffered, spool_records_of
 from pulsar_bruce.spool import records
 from pulsar_bruce.spool.records import SpooledBatch
 
@@ -37,7 +37,7 @@ def test_overflow_spills_in_order_and_replays_with_the_identity_intact(tmp_path:
     h.send(any_msg(value=b"c"))  # would fit, but must queue behind "b"
     assert h.ledger.spooled_messages == 2 and h.policy.spilling
     assert h.store.is_empty  # held: written once per drain, not per message
-    h.policy.write_held()
+    h.write_held()
     h.check()
     assert not h.store.is_empty
     h.ack_everything()
@@ -70,7 +70,7 @@ def test_a_failed_spool_write_discards_the_held_messages(tmp_path: Path) -> None
     for _ in range(4):
         h.send(any_msg(value=TEN))
     h.store.fail_next = 1
-    h.policy.write_held()
+    h.write_held()
     h.check()
     assert discarded(h, reasons.BUFFER_FULL) == 3
     assert (h.ledger.received, h.ledger.buffered_messages, h.ledger.spooled_messages) == (4, 1, 0)

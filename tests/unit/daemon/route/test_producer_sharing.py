@@ -12,8 +12,9 @@ import logging
 import pytest
 from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
-from pulsar_bruce.route.outcomes import Outcomes, spool_records_of
+from pulsar_bruce.route.outcomes import Outcomes
 from pulsar_bruce.route.router import Topic
+from pulsar_bruce.service.shutdown import spool_records_of
 from pulsar_bruce.spool import records
 
 T = "persistent://public/default/t"

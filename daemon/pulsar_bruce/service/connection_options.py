@@ -1,5 +1,5 @@
-"""Parts built from the configuration at start (wiring): the broker connections' TLS context and
-credentials, and the discard log.
+"""The broker connections' TLS context and credentials, from the ``--tls-*``, ``--auth-*``
+and ``--oauth2-*`` options.
 
 Built once at start (and by ``--check-config``), so an unusable certificate, key or
 token file is one ``ConfigError`` naming the option, never a traceback later.
@@ -10,16 +10,6 @@ from __future__ import annotations
 from pulsar_bruce.config import Config, ConfigError
 from pulsar_bruce.connection.oauth2 import OAuth2Options
 from pulsar_bruce.connection.security import ConnectionSecurity, SecuritySetupError
-from pulsar_bruce.route.outcomes import Evidence
-
-
-def discard_log_of(config: Config) -> Evidence | None:
-    """The ``--discard-log`` writer, or None when it is off."""
-    if not config.discard_log:
-        return None
-    from pulsar_bruce.metrics.discard_log import DiscardLog  # optional, imported lazily
-
-    return DiscardLog(config.discard_log, config.discard_log_max_bytes, config.discard_log_archives)
 
 
 def connection_security(config: Config) -> ConnectionSecurity:

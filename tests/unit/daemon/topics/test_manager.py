@@ -16,7 +16,6 @@ from pulsar_bruce import reasons
 from pulsar_bruce.config import Config
 from pulsar_bruce.connection.pool import TopicLookupError
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
-from pulsar_bruce.lifecycle.topic_manager import TopicManager
 from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.parse.topic import partition_name
 from pulsar_bruce.producer.delivery import DeliveryPolicy
@@ -26,6 +25,7 @@ from pulsar_bruce.route.outcomes import Outcomes
 from pulsar_bruce.route.router import Topic
 from pulsar_bruce.route.topic_settings import TopicConfigurator
 from pulsar_bruce.spool.policy import SpoolPolicy
+from pulsar_bruce.topics.manager import TopicManager
 from to_pulsar.encoding import encode_any_partition, encode_partition_key
 
 from tests.support.fakes_asyncio import FakePool, until

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import itertools
 import logging
 from collections.abc import Coroutine
@@ -21,7 +22,6 @@ from typing import Any
 from pulsar_bruce import reasons
 from pulsar_bruce.connection.broker_connection import ConnectionClosedError, ServerError
 from pulsar_bruce.connection.pool import ConnectionPool, TopicLookupError
-from pulsar_bruce.lifecycle.rate_limit import RateLimiter
 from pulsar_bruce.parse.topic import is_partition_name, partition_name
 from pulsar_bruce.producer.backoff import Retry
 from pulsar_bruce.producer.delivery import DeliveryPolicy
@@ -34,7 +34,8 @@ from pulsar_bruce.route.outcomes import Outcomes
 from pulsar_bruce.route.router import Topic
 from pulsar_bruce.route.topic_settings import TopicConfigurator
 from pulsar_bruce.route.topics import TopicRegistry
-from pulsar_bruce.spool.journal import Journal
+from pulsar_bruce.spool.journal_stage import NO_JOURNAL, JournalStage
+from pulsar_bruce.topics.rate_limit import RateLimiter
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class TopicManager:
         *,
         producer_name: str | None = None,
         metadata_refresh_s: float = 0.0,
+        journal: JournalStage = NO_JOURNAL,
     ):
         self.pool = pool
         self.outcomes = outcomes
@@ -61,6 +63,8 @@ class TopicManager:
         self.delivery = delivery
         self.producer_name = producer_name
         self.metadata_refresh_s = metadata_refresh_s
+        #: The journal stage: the write-ahead journal, or none (``spool/journal_stage.py``).
+        self.journal = journal
         self.drivers: dict[int, ProducerDriver] = {}
         self.rate_limiter = RateLimiter(settings.refill)
         self._dirty: set[ProducerDriver] = set()
@@ -72,8 +76,6 @@ class TopicManager:
         #: The parts the intake shares; they report back to this manager.
         self.appender = Appender(self)
         self.registry = TopicRegistry(self.topic_added)
-        #: The write-ahead journal, with a spool directory (set before the first topic).
-        self.journal: Journal | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -103,8 +105,7 @@ class TopicManager:
     # -- events from the registry and the appender ------------------------------------------
 
     def topic_added(self, topic: Topic) -> None:
-        if self.journal is not None:
-            self.journal.topic_added(topic)
+        self.journal.topic_added(topic)
         self.apply_settings(topic)
         self._spawn(self._resolve_partitions(topic))
 
@@ -122,12 +123,12 @@ class TopicManager:
 
     def batch_opened(self, producer: PartitionProducer) -> None:
         self.drivers[producer.producer_id].arm_linger()
-        if self.journal is not None and not producer.exactly_once:
+        if not producer.exactly_once:
             self.journal.touched(producer)
 
     def batch_sealed(self, producer: PartitionProducer) -> None:
         self._dirty.add(self.drivers[producer.producer_id])
-        if self.journal is not None and not producer.exactly_once:
+        if not producer.exactly_once:
             self.journal.touched(producer)
 
     # -- producers under a stream sender's name and ids (route/sequenced.py) -----------------
@@ -142,8 +143,13 @@ class TopicManager:
         policy = dataclasses.replace(self.settings.policy(topic), key_based=False)
         producer = PartitionProducer(broker_topic, partition, next(self._producer_ids), policy)
         producer.publish_as(name, first_sequence_id)
-        driver = SequencedDriver(producer, self.pool, self.outcomes.for_topic(topic), self.delivery)
-        driver.on_closed = lambda closed: self._sequenced_closed(topic, closed)
+        driver = SequencedDriver(
+            producer,
+            self.pool,
+            self.outcomes.for_topic(topic),
+            self.delivery,
+            on_closed=functools.partial(self._sequenced_closed, topic),
+        )
         self.drivers[producer.producer_id] = driver
         topic.sequenced.append(producer)
         driver.start()
@@ -164,8 +170,7 @@ class TopicManager:
 
     def flush_dirty(self) -> None:
         """After a socket drain: journal what it read, write the batches that filled up."""
-        if self.journal is not None:
-            self.journal.sync()
+        self.journal.sync()
         if self._dirty:
             for driver in self._dirty:
                 driver.flush()
@@ -230,8 +235,7 @@ class TopicManager:
             producer = PartitionProducer(name, index, next(self._producer_ids), policy)
             if self.producer_name:
                 producer.name_as(self.producer_name)
-            if self.journal is not None:
-                self.journal.producer_added(producer, topic.name, index)
+            self.journal.producer_added(producer, topic.name, index)
             self.drivers[producer.producer_id] = ProducerDriver(
                 producer, self.pool, listener, self.delivery, self.journal
             )

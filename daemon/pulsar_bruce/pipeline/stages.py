@@ -1,0 +1,135 @@
+"""The pipeline's stages, each built once, at start, from the configuration and the
+stages before it: one function per stage, in the order a message meets them.
+
+Nothing is wired in afterwards: a stage gets every part it calls in its constructor.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from pulsar_bruce.config import Config
+from pulsar_bruce.config.names import stable_producer_name
+from pulsar_bruce.connection.pool import ConnectionPool
+from pulsar_bruce.connection.security import ConnectionSecurity
+from pulsar_bruce.metrics.discard_log import discard_log_of
+from pulsar_bruce.model.ledger import Ledger
+from pulsar_bruce.producer.delivery import DeliveryPolicy
+from pulsar_bruce.route.intake import Intake
+from pulsar_bruce.route.outcomes import BatchObserver, Outcomes
+from pulsar_bruce.route.topic_settings import TopicConfigurator
+from pulsar_bruce.spool.journal import Journal
+from pulsar_bruce.spool.journal_stage import NO_JOURNAL, JournalStage
+from pulsar_bruce.spool.policy import SpoolPolicy
+from pulsar_bruce.spool.spooler import Spooler
+from pulsar_bruce.spool.store import SpoolStore
+from pulsar_bruce.topics.manager import TopicManager
+
+
+def send_stage(config: Config, security: ConnectionSecurity) -> ConnectionPool:
+    """send: the broker connections, one per broker, shared by its partitions' producers."""
+    return ConnectionPool(
+        config.service_url,
+        ssl_context=security.ssl_context,
+        auth=security.auth,
+        advertised_listener=config.advertised_listener,
+    )
+
+
+def journal_stage(config: Config) -> JournalStage:
+    """journal: the write-ahead journal with ``--spool-dir`` (and ``--spool-journal``), else
+    the stage that writes nothing."""
+    if config.spool_dir and config.spool_journal:
+        return Journal(config.spool_dir, config.spool_fsync)
+    return NO_JOURNAL
+
+
+def outcome_stage(
+    config: Config, ledger: Ledger, journal: JournalStage, observer: BatchObserver | None
+) -> Outcomes:
+    """outcome: where every message ends, acked or discarded with a reason (and the
+    ``--discard-log`` evidence of the latter)."""
+    return Outcomes(ledger, discard_log_of(config), observer, journal)
+
+
+def spool_store(config: Config) -> SpoolStore | None:
+    """The disk spool with ``--spool-dir``, else None."""
+    if not config.spool_dir:
+        return None
+    return SpoolStore(config.spool_dir, config.spool_max_bytes, config.spool_fsync)
+
+
+def spool_policy(
+    config: Config, ledger: Ledger, store: SpoolStore | None, outcomes: Outcomes
+) -> SpoolPolicy:
+    """admit's memory-or-disk decision for every message."""
+    return SpoolPolicy(
+        ledger,
+        config.buffer_max_bytes,
+        store,
+        config.spool_after_s,
+        refused=functools.partial(outcomes.refused, sample=False),
+    )
+
+
+def batch_stage(
+    config: Config,
+    pool: ConnectionPool,
+    outcomes: Outcomes,
+    settings: TopicConfigurator,
+    journal: JournalStage,
+) -> TopicManager:
+    """batch, frame and receipt: the topics, their partitions' producers and drivers."""
+    return TopicManager(
+        pool,
+        outcomes,
+        settings,
+        DeliveryPolicy(
+            receipt_timeout_s=config.receipt_timeout_s,
+            send_timeout_s=config.send_timeout_s,
+            max_send_attempts=config.max_send_attempts,
+        ),
+        producer_name=stable_producer_name(config.producer_name_prefix, config.socket),
+        metadata_refresh_s=config.metadata_refresh_s,
+        journal=journal,
+    )
+
+
+def admit_stage(
+    topics: TopicManager,
+    ledger: Ledger,
+    policy: SpoolPolicy,
+    outcomes: Outcomes,
+    settings: TopicConfigurator,
+) -> Intake:
+    """admit: validate, route and append each message, or discard it with a reason."""
+    return Intake(
+        topics.registry,
+        topics.appender,
+        ledger,
+        policy,
+        outcomes,
+        max_message_bytes=settings.largest_message_bytes(),
+    )
+
+
+def spooler_stage(
+    store: SpoolStore | None,
+    policy: SpoolPolicy,
+    intake: Intake,
+    pool: ConnectionPool,
+    topics: TopicManager,
+    journal: JournalStage,
+) -> Spooler | None:
+    """The spool's replay and durability ticks (with a spool): replayed messages are
+    admitted again, the way new ones are."""
+    if store is None:
+        return None
+    return Spooler(
+        store,
+        policy,
+        intake,
+        broker_reachable=lambda: bool(pool.connections),
+        after_replay=topics.flush_dirty,
+        journal=journal,
+    )
