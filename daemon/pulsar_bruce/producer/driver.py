@@ -11,10 +11,11 @@ the new cluster's service URL.
 
 A failed send, an overdue or a mismatched receipt concerns this producer only:
 it is closed and re-created on the shared connection (``CloseProducer``, then
-``Producer`` with the same name and the next epoch), as the Java client
-re-creates just the producer after a failed send (``ClientCnx.handleSendError``);
-the other producers on that connection go on.  Only connection-level failures
-(I/O errors, keep-alive silence, bad framing) drop the connection.
+``Producer`` with the same name and the next epoch: ``recreation.py``), as the
+Java client re-creates just the producer after a failed send
+(``ClientCnx.handleSendError``); the other producers on that connection go on.
+Only connection-level failures (I/O errors, keep-alive silence, bad framing) drop
+the connection.
 
 Retries stay short while the cluster answers (``backoff.Retry``), so a producer
 is back within about a second of its bundle's new owner; whether its partition
@@ -37,7 +38,6 @@ from pulsar_bruce.connection.broker_connection import (
 )
 from pulsar_bruce.connection.pool import BrokerAddress, ConnectionPool, TopicLookupError
 from pulsar_bruce.frame import commands
-from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.producer.answers import BrokerAnswers
 from pulsar_bruce.producer.availability import Availability
 from pulsar_bruce.producer.backoff import Retry
@@ -50,7 +50,6 @@ from pulsar_bruce.producer.delivery import (
 from pulsar_bruce.producer.faults import (
     Refusal,
     answered,
-    count_failure,
     creation_refusal,
     error_name,
     one_line,
@@ -58,12 +57,13 @@ from pulsar_bruce.producer.faults import (
     unreachable,
 )
 from pulsar_bruce.producer.partition_producer import PartitionProducer
+from pulsar_bruce.producer.recreation import Recreation
 from pulsar_bruce.producer.send_timeout import SendTimeout
 
 log = logging.getLogger(__name__)
 
 
-class ProducerDriver(BrokerAnswers):
+class ProducerDriver(Recreation, BrokerAnswers):
     """Keeps one :class:`PartitionProducer` connected and its batches moving."""
 
     def __init__(
@@ -254,62 +254,6 @@ class ProducerDriver(BrokerAnswers):
             len(producer.pending),
         )
         self.flush()
-
-    def _forget_producer(self, connection: BrokerConnection) -> None:
-        """Creating the producer timed out, but the broker may still create it, and would then
-        answer the next attempt with that one or ``ServiceNotReady`` (``ServerCnx.handleProducer``):
-        close it first, as the Java (``ProducerImpl.connectionOpened``) and Go (``grabCnx``)
-        clients do."""
-        log.warning(
-            "%s: producer creation timed out; closing it on the broker", self.producer.topic
-        )
-        connection.write(
-            commands.close_producer(self.producer.producer_id, connection.next_request_id())
-        )
-
-    def redeclare(self) -> None:
-        """Its schema changed (SIGHUP): re-created now (if connected), declaring the new one."""
-        self._recreate(f"its schema is now {self.producer.policy.schema}")
-
-    def _recreate(self, reason: str, failed: SealedBatch | None = None) -> None:
-        """Close and re-create this producer on its connection; the connection stays up.
-        ``failed``: the batch the broker failed, charged one of its ``--max-send-attempts``."""
-        count_failure(failed)
-        if self.connection is None or self._lost.is_set():
-            return  # already being re-created or reconnected
-        log.warning("%s: %s; re-creating the producer", self.producer.topic, reason)
-        self._recreating = reason
-        self.producer.pause()
-        self._lost.set()
-
-    async def _close_producer(self) -> None:
-        """Close our producer on the broker before re-creating it.
-
-        The Java broker answers ``CloseProducer`` once every send already
-        written has its receipt or error (``ServerCnx.handleCloseProducer``,
-        ``Producer.close``), and those still count meanwhile.  A broker that
-        does not answer within ``receipt_timeout_s`` is not trusted with the
-        connection any longer.
-        """
-        reason, self._recreating = self._recreating, None
-        connection = self.connection
-        if connection is None:
-            return  # the connection went away meanwhile; a reconnect follows
-        producer_id = self.producer.producer_id
-        request_id = connection.next_request_id()
-        try:
-            await connection.request(
-                request_id,
-                commands.close_producer(producer_id, request_id),
-                timeout=self.receipt_timeout_s,
-            )
-        except ConnectionClosedError:
-            return
-        except (TimeoutError, ServerError) as exc:
-            connection.abort(
-                f"closing the producer for {self.producer.topic} ({reason}) failed: "
-                f"{exc or 'no answer'}"
-            )
 
     def _disconnect(self) -> None:
         if self.connection is not None:
