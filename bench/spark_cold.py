@@ -7,7 +7,8 @@ process of its own (``python -m bench.spark_cold --child ...``), as such a job:
 1. creates the ``local[2]`` session (``tests/support/spark_session.py``); the
    ``to_pulsar`` side then calls ``to_pulsar.spark.register(spark)``, as its users must
    (with its warm-up, the default), the ``write`` side ``to_pulsar.spark.warm_up(spark)``,
-   as docs/spark.md shows it, the ``official`` side nothing;
+   as docs/spark.md shows it, the ``official`` and ``write_bare`` (``write()`` alone)
+   sides nothing;
 2. builds the case's DataFrame (``bench.spark_sink.frame``), caches and counts it;
 3. writes it to a topic of its own (new to the daemon and to the official client
    alike), timed from the action's start to its return: the **first** write;
@@ -38,8 +39,8 @@ from typing import Any
 STARTED = time.monotonic()
 
 #: The cold sides (floor's cold cost is the official side's start-up, without a client);
-#: ``none``: the same job without a write, what the job costs before any side writes.
-COLD_SIDES = ("official", "to_pulsar", "write", "none")
+#: ``write_bare``: write() without warm_up(); ``none``: the same job without a write.
+COLD_SIDES = ("official", "to_pulsar", "write", "write_bare", "none")
 
 
 def child(args: argparse.Namespace) -> dict[str, Any]:

@@ -61,7 +61,8 @@ from tests.support.spark_session import local_session
 
 PARTITIONS = 4
 CASES = ("string", "binary", "json")
-SIDES = ("official", "to_pulsar", "write", "floor")
+SIDES = ("official", "to_pulsar", "write", "floor", "write_bare")
+TO_PULSAR = ("to_pulsar", "write", "write_bare")
 CPU_PARTS = ("jvm", "workers", "driver", "daemon", "broker", "other")
 _PADDED = "concat(lpad(cast(id AS string), 12, '0'), repeat('x', 88))"  # 100 characters
 _TEN_COLUMNS = (
@@ -305,7 +306,7 @@ def measure_cold(args: argparse.Namespace, broker: Broker, daemon: Daemon) -> in
                       f"{result['cpu']:5.1f} s (session "
                       f"{result['session']:4.1f} s, cached {result['cached']:4.1f} s), load "
                       f"{os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
-                if side in ("to_pulsar", "write") and daemon.counters().acked - acked != 2 * rows:
+                if side in TO_PULSAR and daemon.counters().acked - acked != 2 * rows:
                     lost += 1
                     print(f"  {side}: {daemon.counters().acked - acked} of {2 * rows} acked")
     print("cold medians: the first write of a session, rows/s (s); the second write (s); the job "
@@ -323,7 +324,7 @@ def measure_cold(args: argparse.Namespace, broker: Broker, daemon: Daemon) -> in
         print(f"  {case}, {rows:,} rows (without a write: job {base['job']:.1f} s, CPU "
               f"{base['cpu']:.1f} s): " + ", ".join(cells))  # fmt: skip
         official = median.get("official")
-        for side in ("to_pulsar", "write"):
+        for side in TO_PULSAR:
             if side in median and official is not None:
                 mine = median[side]
                 over = mine["first"] - mine["second"]
@@ -339,6 +340,8 @@ def measure_cold(args: argparse.Namespace, broker: Broker, daemon: Daemon) -> in
 def measure_warm(args: argparse.Namespace, broker: Broker, daemon: Daemon) -> int:
     """Rounds inside one session, every side after the first warm; prints the table; returns
     how many to_pulsar runs lost rows."""
+    sides = [side for side in args.sides if side != "write_bare"]  # warm, that is write
+    args = argparse.Namespace(**{**vars(args), "sides": sides})
     with contextlib.ExitStack() as stack:
         topic = f"spark-sink-{os.getpid()}"
         daemon.warm_up(topic, PARTITIONS)
@@ -398,9 +401,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="comma-separated: string,binary,json (all)")  # fmt: skip
     parser.add_argument("--cache", default="both", choices=("yes", "no", "both"),
                         help="the DataFrame cached, not, or both, in turn (both)")  # fmt: skip
-    parser.add_argument("--sides", default=",".join(SIDES),
+    parser.add_argument("--sides", default=",".join(SIDES[:4]),
                         type=lambda text: _choices(text, SIDES, "--sides"),
-                        help="comma-separated: official,to_pulsar,write,floor (all)")  # fmt: skip
+                        help="comma-separated: official,to_pulsar,write,floor, and, cold "
+                        "only, write_bare: write() without warm_up() (the first four)")  # fmt: skip
     parser.add_argument("--mode", default="both", choices=("cold", "warm", "both"),
                         help="cold: each side's first write in a fresh session; warm: rounds "
                         "in one session; both, cold first (both)")  # fmt: skip
