@@ -49,6 +49,7 @@ Needs pyspark >= 4.0 on the driver; ``import to_pulsar`` itself never imports py
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import logging
 import os
@@ -134,13 +135,10 @@ def warm_up(spark: SparkSession) -> None:
     """Start, in the background, the Python workers :func:`write` runs its tasks in, so the
     session's first write finds them (and pyarrow) ready: call it once the session exists,
     before the job reads its data. It starts nothing a write would not start (a write that
-    comes at once runs in the same workers), and asks nothing of a write. Also :func:`ship`."""
+    comes at once runs in the same workers): where the executors lack pyarrow (asked as
+    write() asks), nothing. Also :func:`ship`."""
     ship(spark)
-    spark_warm_up.start_tasks(spark, _arrow_is_there)
-
-
-def _arrow_is_there(application: str) -> None:
-    _ARROW_ON_EXECUTORS[application] = True
+    spark_warm_up.start_tasks(spark, functools.partial(_executors_have_arrow, spark))
 
 
 def use_this_python_locally(master: str | None) -> bool:

@@ -72,16 +72,22 @@ def _first(key: str) -> bool:
         return True
 
 
-def start_tasks(spark: Any, ready: Callable[[str], None]) -> threading.Thread | None:
+def start_tasks(spark: Any, arrow: Callable[[], bool]) -> threading.Thread | None:
     """Start the task workers :func:`to_pulsar.spark.write` runs in, from a daemon thread, once
-    per application (None if already); ``ready(application)`` once they have pyarrow."""
+    per application (None if already), where ``arrow()`` says the executors have pyarrow
+    (else the job would fail, and Spark log it, where write() takes ``df.rdd``)."""
     application, tasks = _slots(spark)
     if not _first(f"tasks {application}"):
         return None
 
     def run() -> None:
-        if _prepare_workers(spark, tasks, prepare_write_worker):
-            ready(application)
+        try:
+            ready = arrow()
+        except Exception as exc:  # a stopped session: the write says what is wrong
+            log.debug("to_pulsar: the warm-up could not ask about pyarrow: %s", exc)
+            return
+        if ready:
+            _prepare_workers(spark, tasks, prepare_write_worker)
 
     thread = threading.Thread(target=run, name="to_pulsar warm-up", daemon=True)
     thread.start()

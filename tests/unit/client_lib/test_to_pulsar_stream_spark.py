@@ -463,9 +463,7 @@ print(result.to_pylist()[0]["rows"], "pandas" in sys.modules)
 """
 
 
-def test_a_mapinarrow_task_does_not_import_pandas(
-    fake: FakeStreamDaemon, tmp_path: Path
-) -> None:
+def test_a_mapinarrow_task_does_not_import_pandas(fake: FakeStreamDaemon, tmp_path: Path) -> None:
     """pyarrow imports pandas (0.5 s in a fresh Spark worker) at its first conversion from
     Python values or to numpy: write()'s tasks (Arrow batches to records to their result
     row) and its warm-up's make none, in a Python that has pandas."""
