@@ -96,7 +96,7 @@ def test_spark_sink_bench_runs_and_loses_nothing() -> None:
         pytest.skip("no Java runtime for Spark")
     run_bench(
         "spark_sink",
-        ["--rows", "3000", "--rounds", "1", "--first-rows", "0"],
+        ["--rows", "3000", "--rounds", "1", "--cases", "string", "--first-rows", "0"],
         timeout=300,
         expect=[
             "write: ",
