@@ -6,14 +6,21 @@ process of its own (``python -m bench.spark_cold --child ...``), as such a job:
 
 1. creates the ``local[2]`` session (``tests/support/spark_session.py``); the
    ``to_pulsar`` side then calls ``to_pulsar.spark.register(spark)``, as its users must
-   (with its warm-up, the default); the ``official`` and ``write`` sides do not, as
-   theirs need not;
+   (with its warm-up, the default), the ``write`` side ``to_pulsar.spark.warm_up(spark)``,
+   as docs/spark.md shows it, the ``official`` and ``write_bare`` (``write()`` alone)
+   sides nothing;
 2. builds the case's DataFrame (``bench.spark_sink.frame``), caches and counts it;
 3. writes it to a topic of its own (new to the daemon and to the official client
    alike), timed from the action's start to its return: the **first** write;
 4. writes it again, the same session's **second** write (what the warm rounds measure).
 
-``job`` is the child's wall time from its start to the first write's return. The
+``job`` is the child's wall time from its start to the first write's return; ``none``
+is the same job without a write (session, DataFrame cached), so a side's ``job`` less
+``none``'s is what writing costs the job, start-up included (``session`` and ``cached``:
+the child's seconds when its session was up and when its DataFrame was cached). ``cpu``
+is the CPU seconds of the job's processes by then (this one, Spark's JVM, every Python
+process Spark started; ``bench.spark_sink.tree_cpu``): on a shared machine a job's wall
+time moves with the load by more than a write takes, its CPU far less. The
 parent (``bench.spark_sink``) starts the broker and the daemon, runs the children one
 after the other, sides alternating, and checks that the daemon acked every row of
 the to_pulsar sides.
@@ -31,14 +38,15 @@ from typing import Any
 
 STARTED = time.monotonic()
 
-#: The cold sides (floor's cold cost is the official side's start-up, without a client).
-COLD_SIDES = ("official", "to_pulsar", "write")
+#: The cold sides (floor's cold cost is the official side's start-up, without a client);
+#: ``write_bare``: write() without warm_up(); ``none``: the same job without a write.
+COLD_SIDES = ("official", "to_pulsar", "write", "write_bare", "none")
 
 
 def child(args: argparse.Namespace) -> dict[str, Any]:
     """One side's job: session, DataFrame, two writes; seconds of each, and of the job."""
     from bench.harness import ROOT
-    from bench.spark_sink import frame, official_partition
+    from bench.spark_sink import frame, official_partition, tree_cpu
     from tests.support.spark_session import local_session
 
     spark = local_session(
@@ -49,12 +57,19 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     )
     import to_pulsar.spark
 
+    session = time.monotonic() - STARTED
     if args.side == "to_pulsar":
-        to_pulsar.spark.register(spark)
-    df = frame(spark, args.rows, args.tasks, args.case).cache()
-    df.count()
-    seconds = []
-    for _ in range(2):
+        to_pulsar.spark.register(spark, warm_up=args.warm_up)
+    elif args.side == "write" and args.warm_up:
+        to_pulsar.spark.warm_up(spark)
+    df = frame(spark, args.rows, args.tasks, args.case)
+    if not args.at_once:
+        df = df.cache()
+        df.count()
+    cached = job = time.monotonic() - STARTED
+    cpu = sum(tree_cpu({}).values())
+    seconds = [0.0, 0.0] if args.side == "none" else []
+    while len(seconds) < 2:
         started = time.monotonic()
         if args.side == "official":
             df.foreachPartition(official_partition(args.url, args.topic, args.case))
@@ -67,8 +82,10 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         seconds.append(time.monotonic() - started)
         if len(seconds) == 1:
             job = time.monotonic() - STARTED
+            cpu = sum(tree_cpu({}).values())
     spark.stop()
-    return {"first": seconds[0], "second": seconds[1], "job": job}
+    result = {"first": seconds[0], "second": seconds[1], "job": job}
+    return result | {"session": session, "cached": cached, "cpu": cpu}
 
 
 def run_child(
@@ -95,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", required=True)
     parser.add_argument("--stream", required=True)
     parser.add_argument("--topic", required=True)
+    parser.add_argument("--no-warm-up", dest="warm_up", action="store_false",
+                        help="register(spark, warm_up=False); no warm_up(spark)")  # fmt: skip
+    parser.add_argument("--at-once", action="store_true",
+                        help="write at once: the DataFrame not cached first")  # fmt: skip
     args = parser.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     print(json.dumps(child(args)), flush=True)

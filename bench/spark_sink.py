@@ -61,7 +61,8 @@ from tests.support.spark_session import local_session
 
 PARTITIONS = 4
 CASES = ("string", "binary", "json")
-SIDES = ("official", "to_pulsar", "write", "floor")
+SIDES = ("official", "to_pulsar", "write", "floor", "write_bare")
+TO_PULSAR = ("to_pulsar", "write", "write_bare")
 CPU_PARTS = ("jvm", "workers", "driver", "daemon", "broker", "other")
 _PADDED = "concat(lpad(cast(id AS string), 12, '0'), repeat('x', 88))"  # 100 characters
 _TEN_COLUMNS = (
@@ -280,7 +281,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
 def measure_cold(args: argparse.Namespace, broker: Broker, daemon: Daemon) -> int:
     """Each side's first write in a fresh process and session (:mod:`bench.spark_cold`);
     prints every run and the table; returns how many to_pulsar runs lost rows."""
-    sides = [side for side in args.sides if side in COLD_SIDES]
+    sides = [side for side in args.sides if side in COLD_SIDES] + ["none"]
     runs = [(case, args.rows) for case in args.cases]
     if args.first_rows:
         runs.append(("string", args.first_rows))
@@ -300,32 +301,47 @@ def measure_cold(args: argparse.Namespace, broker: Broker, daemon: Daemon) -> in
                 stream = str(daemon.stream_path)
                 result = run_child(side, case, rows, args.tasks, broker.url, stream, topic)
                 found[side].append(result)
-                print(f"  {case} {rows:,} rows {side:<9} first {result['first']:6.2f} s "
-                      f"({rows / result['first']:>9,.0f} rows/s), second {result['second']:5.2f}"
-                      f" s, job {result['job']:5.1f} s", flush=True)  # fmt: skip
-                if side != "official" and daemon.counters().acked - acked != 2 * rows:
+                print(f"  {case} {rows:,} rows {side:<9} first {result['first']:6.2f} s, second "
+                      f"{result['second']:5.2f} s, job {result['job']:5.1f} s, CPU "
+                      f"{result['cpu']:5.1f} s (session "
+                      f"{result['session']:4.1f} s, cached {result['cached']:4.1f} s), load "
+                      f"{os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+                if side in TO_PULSAR and daemon.counters().acked - acked != 2 * rows:
                     lost += 1
                     print(f"  {side}: {daemon.counters().acked - acked} of {2 * rows} acked")
     print("cold medians: the first write of a session, rows/s (s); the second write (s); the job "
-          "(s: process start to the first write's end)")  # fmt: skip
+          "(s: process start to the first write's end) and its CPU (s: all its processes); "
+          "the write's CPU cost to the job (its job's CPU less that of the job without a write, "
+          "'none')")  # fmt: skip
     for (case, rows), found in results.items():
         median = {side: {key: statistics.median(r[key] for r in found[side])
-                          for key in ("first", "second", "job")} for side in sides}  # fmt: skip
+                          for key in ("first", "second", "job", "cpu")}
+                  for side in sides}  # fmt: skip
+        base = median.pop("none")
         cells = [f"{side} {rows / m['first']:,.0f} ({m['first']:.2f} s; second {m['second']:.2f} "
-                 f"s; job {m['job']:.1f} s)" for side, m in median.items()]  # fmt: skip
-        print(f"  {case}, {rows:,} rows: " + ", ".join(cells))
-        for side in ("to_pulsar", "write"):
-            if side in median and "official" in median:
-                ratio = median["official"]["first"] / median[side]["first"]
-                over = median[side]["first"] - median[side]["second"]
-                print(f"    {side}: {ratio:.2f} x official (first writes); its first write "
-                      f"{over:+.2f} s over its second")  # fmt: skip
+                 f"s; job {m['job']:.1f} s, CPU {m['cpu']:.1f} s, cost {m['cpu'] - base['cpu']:.1f}"
+                 " s)" for side, m in median.items()]  # fmt: skip
+        print(f"  {case}, {rows:,} rows (without a write: job {base['job']:.1f} s, CPU "
+              f"{base['cpu']:.1f} s): " + ", ".join(cells))  # fmt: skip
+        official = median.get("official")
+        for side in TO_PULSAR:
+            if side in median and official is not None:
+                mine = median[side]
+                over = mine["first"] - mine["second"]
+                cost = (official["cpu"] - base["cpu"]) / max(mine["cpu"] - base["cpu"], 0.01)
+                print(f"    {side}: {official['first'] / mine['first']:.2f} x official (first "
+                      f"writes), jobs {official['job'] / mine['job']:.2f} x (wall) "
+                      f"{official['cpu'] / mine['cpu']:.2f} x (CPU), the write's CPU cost to "
+                      f"the job {cost:.2f} x; its first write {over:+.2f} s over its "
+                      "second")  # fmt: skip
     return lost
 
 
 def measure_warm(args: argparse.Namespace, broker: Broker, daemon: Daemon) -> int:
     """Rounds inside one session, every side after the first warm; prints the table; returns
     how many to_pulsar runs lost rows."""
+    sides = [side for side in args.sides if side != "write_bare"]  # warm, that is write
+    args = argparse.Namespace(**{**vars(args), "sides": sides})
     with contextlib.ExitStack() as stack:
         topic = f"spark-sink-{os.getpid()}"
         daemon.warm_up(topic, PARTITIONS)
@@ -385,9 +401,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="comma-separated: string,binary,json (all)")  # fmt: skip
     parser.add_argument("--cache", default="both", choices=("yes", "no", "both"),
                         help="the DataFrame cached, not, or both, in turn (both)")  # fmt: skip
-    parser.add_argument("--sides", default=",".join(SIDES),
+    parser.add_argument("--sides", default=",".join(SIDES[:4]),
                         type=lambda text: _choices(text, SIDES, "--sides"),
-                        help="comma-separated: official,to_pulsar,write,floor (all)")  # fmt: skip
+                        help="comma-separated: official,to_pulsar,write,floor, and, cold "
+                        "only, write_bare: write() without warm_up() (the first four)")  # fmt: skip
     parser.add_argument("--mode", default="both", choices=("cold", "warm", "both"),
                         help="cold: each side's first write in a fresh session; warm: rounds "
                         "in one session; both, cold first (both)")  # fmt: skip

@@ -11,21 +11,23 @@ Locally, next to ``make run`` (whose stream socket is ./run/bruce.stream.sock)::
         --socket ./run/bruce.stream.sock --key-column user_id
 
 On a cluster (a daemon on every executor host, stream socket at the default
-/run/pulsar-bruce/bruce.stream.sock, or name it with --socket; ``register``
+/run/pulsar-bruce/bruce.stream.sock, or name it with --socket; ``warm_up``
 ships ``to_pulsar`` to the executors)::
 
     spark-submit examples/spark_replay.py \\
         s3a://bucket/events/ --format parquet --topic events \\
         --value-column payload --key-column user_id --partition-key-column shard
 
+It writes through ``to_pulsar.spark.write`` (Arrow batches where the executors' Python
+has pyarrow, else ``df.rdd``, which needs nothing there), its workers started by
+``to_pulsar.spark.warm_up`` while Spark reads the input; ``--data-source`` writes
+through the format ``df.write.format("to_pulsar")`` instead, which needs pyarrow there.
 With a local master (``--master 'local[2]'``, or none) Spark's Python workers run in
-this interpreter unless ``$PYSPARK_PYTHON`` is set. On a cluster the format needs pyarrow
-in the executors' Python; ``--rows`` writes through ``to_pulsar.spark.write``
-(``df.rdd``) instead, which needs nothing there. A failure is one line on stderr, exit 1;
-with a local master a wrong ``--socket`` fails at once, before Spark starts.
+this interpreter unless ``$PYSPARK_PYTHON`` is set. A failure is one line on stderr,
+exit 1; with a local master a wrong ``--socket`` fails at once, before Spark starts.
 
 On success it prints one line: rows read, acked, discarded (with
-``--tolerate-discards`` through the format, the discards are in to_pulsar's log line).
+``--data-source --tolerate-discards``, the discards are in to_pulsar's log line).
 
 Without --value-column each row is sent as one JSON object (Spark's ``to_json``).
 """
@@ -99,10 +101,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="commit tasks even if the daemon discarded some rows (they are logged)",
     )
     parser.add_argument(
-        "--rows",
+        "--data-source",
         action="store_true",
-        help="write through to_pulsar.spark.write (executors need no pyarrow)",
+        help="write through df.write.format('to_pulsar') (needs pyarrow on the executors) "
+        "instead of to_pulsar.spark.write",
     )
+    parser.add_argument("--rows", action="store_true", help=argparse.SUPPRESS)  # the default
     parser.add_argument("--master", help="Spark master, e.g. local[4] [default: spark-submit's]")
     return parser.parse_args(argv)
 
@@ -151,7 +155,7 @@ def one_line(exc: BaseException) -> str:
         match = _WORKER_ERROR.search(text)
         text = match.group(1) if match else (text.strip().splitlines() or [repr(exc)])[0]
     if "has no pyarrow" in text:
-        text += "; with this example: --rows"
+        text += "; with this example: leave out --data-source"
     return text
 
 
@@ -189,7 +193,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def replay(spark: SparkSession, args: argparse.Namespace) -> int:
     """Read, map and write; print the one summary line."""
-    to_pulsar.spark.register(spark)
+    if args.data_source:
+        to_pulsar.spark.register(spark)
+    else:
+        to_pulsar.spark.warm_up(spark)  # while Spark reads the input
     messages = to_messages(read(spark, args.input, args.format), args)
     if args.partitions:
         messages = messages.repartition(args.partitions)
@@ -202,7 +209,7 @@ def replay(spark: SparkSession, args: argparse.Namespace) -> int:
     started = time.monotonic()
     # Either way, this returns once every row is acked, and raises if a task could not
     # deliver its rows.
-    if args.rows:
+    if not args.data_source:
         summary = to_pulsar.spark.write(messages, **options)
         rows, acked = summary.rows, str(summary.acked)
         discarded = sum(summary.discarded.values())

@@ -48,18 +48,14 @@ Needs pyspark >= 4.0 on the driver; ``import to_pulsar`` itself never imports py
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import functools
-import hashlib
 import importlib.util
 import logging
 import os
 import re
 import shutil
 import sys
-import tempfile
-import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +74,7 @@ from . import spark_warm_up
 from .protocol import FlushResult
 from .spark_exactly_once import for_batch_write, for_stream, for_write
 from .spark_plan import OPTIONS, plan_write, write_options
+from .spark_ship import ship
 from .spark_task import (
     INVALID,
     RESULT_SCHEMA,
@@ -113,6 +110,7 @@ __all__ = [
     "register",
     "ship",
     "use_this_python_locally",
+    "warm_up",
     "write",
 ]
 
@@ -133,6 +131,16 @@ def register(spark: SparkSession, *, warm_up: bool = True) -> None:
         spark_warm_up.start(spark, FORMAT)
 
 
+def warm_up(spark: SparkSession) -> None:
+    """Start, in the background, the Python workers :func:`write` runs its tasks in, so the
+    session's first write finds them (and pyarrow) ready: call it once the session exists,
+    before the job reads its data. It starts nothing a write would not start (a write that
+    comes at once runs in the same workers): where the executors lack pyarrow (asked as
+    write() asks), nothing. Also :func:`ship`."""
+    ship(spark)
+    spark_warm_up.start_tasks(spark, functools.partial(_executors_have_arrow, spark))
+
+
 def use_this_python_locally(master: str | None) -> bool:
     """For a local master (``local``, ``local[2]``, ...), run Spark's Python workers in this
     interpreter unless ``$PYSPARK_PYTHON`` says otherwise: Spark's default, ``python3`` from
@@ -144,48 +152,6 @@ def use_this_python_locally(master: str | None) -> bool:
         return False
     os.environ["PYSPARK_PYTHON"] = sys.executable
     return True
-
-
-# -- shipping the package --------------------------------------------------------------------
-
-
-@functools.cache
-def _package_zip() -> Path | None:
-    """This ``to_pulsar`` package as a zip (once per process); None if it is not a folder
-    (imported from a zip: whoever put it there ships it)."""
-    package = Path(__file__).resolve().parent
-    if not package.is_dir():
-        return None
-    files = [*sorted(package.rglob("*.py")), package / "py.typed"]
-    digest = hashlib.sha256()
-    for path in files:
-        digest.update(path.relative_to(package).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes())
-    folder = Path(tempfile.mkdtemp(prefix="to_pulsar-ship-"))
-    atexit.register(shutil.rmtree, folder, True)
-    archive = folder / f"to_pulsar-{digest.hexdigest()[:12]}.zip"
-    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
-        for path in files:
-            zipped.write(path, f"to_pulsar/{path.relative_to(package).as_posix()}")
-    return archive
-
-
-def ship(spark: SparkSession) -> None:
-    """Add ``to_pulsar`` (standard library only) to the session's Python files, so executors
-    import it without having it installed. Once per SparkContext; :func:`register` calls it."""
-    archive = _package_zip()
-    if archive is None:
-        return
-    try:
-        context = spark.sparkContext
-    except Exception:  # Spark Connect sessions have none
-        log.warning(
-            "to_pulsar: no SparkContext to ship to_pulsar with; the executors need it installed "
-            "(or spark.addArtifacts(<to_pulsar zip>, pyfile=True))"
-        )
-        return
-    if archive.name not in (context._python_includes or []):
-        context.addPyFile(str(archive))
 
 
 # -- write(): the format's work from the driver, Arrow where the executors have it -------------
@@ -235,6 +201,8 @@ def _executors_have_arrow(spark: SparkSession) -> bool:
     except Exception:  # Spark Connect: no RDDs, so no row path either
         return True
     known = _ARROW_ON_EXECUTORS.get(context.applicationId)
+    if known is None and _local_workers_run_this_python(context):
+        known = _ARROW_ON_EXECUTORS[context.applicationId] = python_has_arrow()
     if known is None:
         from pyspark.sql import functions
 
@@ -245,6 +213,24 @@ def _executors_have_arrow(spark: SparkSession) -> bool:
             answers = [False]
         known = _ARROW_ON_EXECUTORS[context.applicationId] = all(answers)
     return known
+
+
+def _local_workers_run_this_python(context: Any) -> bool:
+    """With a local master, Spark runs the workers' Python (``context.pythonExec``) on this
+    host: when that is this interpreter (the same path, or the same file in the same folder:
+    a virtualenv's ``python3`` and ``python``), it has what this one has, unasked."""
+    if not str(context.master).startswith("local"):
+        return False
+    found = shutil.which(str(context.pythonExec))
+    if found is None:
+        return False
+    here, there = Path(sys.executable).absolute(), Path(found).absolute()
+    if here == there:
+        return True
+    try:
+        return here.parent == there.parent and os.path.samefile(here, there)
+    except OSError:
+        return False
 
 
 def _run_tasks(rows: DataFrame, plan: TaskPlan) -> list[TaskResult]:

@@ -110,7 +110,7 @@ class _Batch:
         ):
             raise _Unusual  # the row path names the rows
         self.routed = _valid(column)
-        keys = _numpy(column.cast(pa.int64()).fill_null(0))
+        keys = _int64s(column.cast(pa.int64()))
         self.partition_keys = (keys & 0xFFFF_FFFF).astype(">u4")
 
     def _topics(self, column: Any, default: str | None) -> None:
@@ -120,14 +120,14 @@ class _Batch:
             if column.null_count:
                 if default is None:
                     raise _Unusual  # rows without a topic: the row path names them
-                column = column.fill_null(default)
+                column = column.fill_null(_binary_array([default.encode()], column.type)[0])
             encoded = column.dictionary_encode()
             names = encoded.dictionary.to_pylist()
             if len(names) > 1:
                 heads = [_topic_head(name) for name in names]
                 indices = _numpy(encoded.indices)
                 self.topic_sizes = np.array(list(map(len, heads)), np.int64)[indices]
-                self.topics = pa.array(heads, pa.binary()).take(encoded.indices)
+                self.topics = _binary_array(heads, pa.binary()).take(encoded.indices)
                 return
             default = names[0]
         if default is None:
@@ -142,7 +142,7 @@ class _Batch:
             raise _Unusual
         if column.null_count == len(column):
             return
-        stamps = _numpy(column.cast(pa.int64()).fill_null(0))
+        stamps = _int64s(column.cast(pa.int64()))
         if kind != "ms":  # microseconds since the epoch, floored as Python's // floors
             stamps = stamps // 1000
         if column.null_count:
@@ -282,7 +282,7 @@ class _Parts:
 
     def join(self) -> Any:
         self._end_run()
-        empty = pa.scalar(b"", self.binary)
+        empty = _binary_array([b""], self.binary)[0]
         return pc.binary_join_element_wise(
             *self.columns, empty, null_handling="replace", null_replacement=""
         )
@@ -308,15 +308,50 @@ def _bytes(column: Any) -> Any:
 
 def _sizes(column: Any) -> Any:
     """Byte lengths as int64, a null's 0 (the row path sends it empty)."""
-    return _numpy(pc.binary_length(column).fill_null(0)).astype(np.int64)
+    return _int64s(pc.binary_length(column).cast(pa.int64()))
+
+
+# pyarrow imports pandas (0.5 s in a fresh Spark worker) at its first conversion from Python
+# values (pa.array, pa.scalar, fill_null(0)) or to numpy (to_numpy, even zero-copy), and
+# nothing else a task does needs pandas: so none of those here; numpy reads the buffers.
+
+
+def _int64s(array: Any) -> Any:
+    """An int64 column's values as numpy, a null's 0, read from its data buffer."""
+    if array.null_count == len(array):
+        return np.zeros(len(array), np.int64)
+    values = np.frombuffer(array.buffers()[1], np.int64, len(array), array.offset * 8)
+    if array.null_count:
+        values = np.where(_valid(array), values, 0)
+    return values
+
+
+def _binary_array(items: list[bytes], binary: Any) -> Any:
+    """``pa.array(items, binary)`` for a binary or string type, built from its buffers."""
+    large = binary in (pa.large_binary(), pa.large_string())
+    sizes = [0, *map(len, items)]
+    offsets = np.cumsum(sizes, dtype=np.int64 if large else np.int32)
+    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(items))]
+    return pa.Array.from_buffers(binary, len(items), buffers)
 
 
 def _valid(column: Any) -> Any:
-    return _numpy(column.is_valid())
+    """Which rows are not null, as numpy booleans, from the column's validity bitmap."""
+    rows, offset = len(column), column.offset
+    if not column.null_count:
+        return np.ones(rows, np.bool_)
+    bits = np.frombuffer(column.buffers()[0], np.uint8)
+    return np.unpackbits(bits, count=offset + rows, bitorder="little")[offset:].astype(np.bool_)
 
 
 def _numpy(array: Any) -> Any:
-    return array.to_numpy(zero_copy_only=False)
+    """An integer column without nulls as numpy, over its data buffer."""
+    kind = array.type
+    if not pa.types.is_integer(kind) or array.null_count:
+        raise _Unusual
+    signed = "i" if pa.types.is_signed_integer(kind) else "u"
+    dtype = np.dtype(f"{signed}{kind.bit_width // 8}")
+    return np.frombuffer(array.buffers()[1], dtype, len(array), array.offset * dtype.itemsize)
 
 
 def _topic_head(topic: str) -> bytes:

@@ -11,13 +11,14 @@ column (:mod:`to_pulsar.bulk`); not one call, tuple and sender lock per row.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import gc
 import importlib.util
+import itertools
 import operator
 import os
 import socket as _socket
+import struct
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -94,6 +95,31 @@ def _result_schema(pa: Any) -> Any:
             ("host", pa.string()),
         ]
     )
+
+
+def _result_batch(pa: Any, result: TaskResult) -> Any:
+    """``result`` as one row of ``RESULT_SCHEMA``, built from buffers: pyarrow imports pandas
+    (0.5 s in a fresh Spark worker) at its first conversion from Python values, and nothing
+    else a ``mapInArrow`` task of ours needs it."""
+
+    def buffer(fmt: str, values: Sequence[int]) -> Any:
+        return pa.py_buffer(struct.pack(f"={len(values)}{fmt}", *values))
+
+    def int64s(values: Sequence[int]) -> Any:
+        return pa.Array.from_buffers(pa.int64(), len(values), [None, buffer("q", values)])
+
+    def strings(texts: Sequence[str]) -> Any:
+        data = [text.encode("utf-8", "surrogateescape") for text in texts]
+        offsets = list(itertools.accumulate(map(len, data), initial=0))
+        buffers = [None, buffer("i", offsets), pa.py_buffer(b"".join(data))]
+        return pa.Array.from_buffers(pa.string(), len(texts), buffers)
+
+    reasons = list(result.discarded)
+    offsets = pa.Array.from_buffers(pa.int32(), 2, [None, buffer("i", [0, len(reasons)])])
+    counts = [result.discarded[reason] for reason in reasons]
+    discarded = pa.MapArray.from_arrays(offsets, strings(reasons), int64s(counts))
+    columns = [int64s([result.rows]), int64s([result.acked]), discarded, strings([result.host])]
+    return pa.RecordBatch.from_arrays(columns, schema=_result_schema(pa))
 
 
 # -- the daemon's stream socket ------------------------------------------------------------------
@@ -336,10 +362,7 @@ class TaskPlan:
         import pyarrow as pa
 
         freeze_worker_once()
-        result = self.write(batches)
-        row = dataclasses.asdict(result)
-        row["discarded"] = list(result.discarded.items())
-        yield pa.RecordBatch.from_pylist([row], schema=_result_schema(pa))
+        yield _result_batch(pa, self.write(batches))
 
     def _connect(self, path: str) -> StreamSender:
         return _connect_task(path, self.flush_timeout_s, "task")

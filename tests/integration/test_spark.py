@@ -98,6 +98,25 @@ def test_register_starts_the_formats_python_processes_in_the_background(spark: A
     assert spark_warm_up.outcomes.get(spark.sparkContext.applicationId) == ""
 
 
+def test_warm_up_starts_the_workers_write_runs_in(spark: Any) -> None:
+    """warm_up() runs, from a thread of its own, a mapInArrow job of one task per slot: the
+    Python workers write()'s tasks run in start and import before its first write, once
+    per application, where the executors have pyarrow (asked as write() asks: here, the
+    local workers run this interpreter)."""
+    import to_pulsar.spark
+    from to_pulsar import spark_warm_up
+
+    application = spark.sparkContext.applicationId
+    spark_warm_up._started.discard(f"tasks {application}")
+    to_pulsar.spark._ARROW_ON_EXECUTORS.pop(application, None)
+    to_pulsar.spark.warm_up(spark)
+    for thread in threading.enumerate():
+        if thread.name == "to_pulsar warm-up":
+            thread.join(180)
+    assert to_pulsar.spark._ARROW_ON_EXECUTORS[application] is True
+    assert spark_warm_up.start_tasks(spark, lambda: True) is None
+
+
 def test_topic_column_binary_values_and_long_timestamps(
     spark: Any, broker: Broker, start_daemon, tmp_path: Path
 ) -> None:
@@ -347,7 +366,7 @@ def test_spark_replay_example(
     parquet = tmp_path / "events.parquet"
     spark.range(50).selectExpr("concat('e', id) AS payload", "id").write.parquet(str(parquet))
     assert example.main([str(parquet), "--topic", topic, "--socket", stream,
-                         "--value-column", "payload", "--rows"]) == 0  # fmt: skip
+                         "--value-column", "payload", "--data-source"]) == 0  # fmt: skip
     summary = f"spark_replay.py: 50 rows from {parquet} into {topic}: 50 acked, 0 discarded ("
     assert capsys.readouterr().out.startswith(summary)
 

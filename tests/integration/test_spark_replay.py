@@ -74,9 +74,10 @@ def test_a_local_run_uses_the_drivers_python_and_prints_one_summary_line(
 def test_workers_without_pyarrow_fail_with_one_line_naming_cause_and_remedy(
     bare_bin: Path, daemon: FakeStreamDaemon, tmp_path: Path
 ) -> None:
-    """As on a cluster: the user's own PYSPARK_PYTHON is kept, and has no pyarrow."""
+    """As on a cluster: the user's own PYSPARK_PYTHON is kept, and has no pyarrow, which
+    the format needs (the example's default, write(), does not)."""
     python = str(bare_bin / "python3")
-    done = replay(bare_bin, tmp_path, PYSPARK_PYTHON=python)
+    done = replay(bare_bin, tmp_path, "--data-source", PYSPARK_PYTHON=python)
     assert done.returncode == 1
     assert "Traceback" not in done.stderr and done.stdout == ""
     errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
@@ -85,7 +86,7 @@ def test_workers_without_pyarrow_fail_with_one_line_naming_cause_and_remedy(
         "has no pyarrow, which format('to_pulsar') needs (Spark passes rows to Python data "
         "sources as Arrow); use to_pulsar.spark.write(df, ...) or foreach_batch(...), which "
         "need nothing there, or install pyspark[sql] in that Python, or point PYSPARK_PYTHON "
-        "at one that has it; with this example: --rows"
+        "at one that has it; with this example: leave out --data-source"
     ]
     assert daemon.message_records() == []
 

@@ -39,6 +39,7 @@ from pyspark.sql.types import (  # noqa: E402
 )
 from to_pulsar import encode_any_partition, encode_partition_key  # noqa: E402
 from to_pulsar import spark as to_pulsar_spark  # noqa: E402
+from to_pulsar import spark_ship as to_pulsar_spark_ship  # noqa: E402
 from to_pulsar.spark import (  # noqa: E402
     ToPulsarCommitMessage,
     ToPulsarDataSource,
@@ -333,22 +334,42 @@ def test_rows_with_microsecond_timestamps(fake: FakeStreamDaemon) -> None:
 
 
 def test_the_shipped_zip_runs_the_task_side_without_site_packages() -> None:
-    archive = to_pulsar_spark._package_zip()
-    assert archive is not None and archive == to_pulsar_spark._package_zip()  # built once
+    archive = to_pulsar_spark_ship.package_zip()
+    assert archive is not None and archive == to_pulsar_spark_ship.package_zip()  # built once
     names = zipfile.ZipFile(archive).namelist()
     assert {"to_pulsar/__init__.py", "to_pulsar/spark_task.py", "to_pulsar/py.typed"} <= set(names)
-    assert not [n for n in names if not n.startswith("to_pulsar/") or n.endswith(".pyc")]
+    assert not [n for n in names if not n.startswith("to_pulsar/") or "__pycache__" in n]
+    sources = [name for name in names if name.endswith(".py")]
+    assert sorted(name for name in names if name.endswith(".pyc")) == [f"{n}c" for n in sources]
     # -I -S: no site-packages at all, so neither pyspark nor pyarrow nor an installed to_pulsar.
     script = (
         "import sys; sys.path.insert(0, sys.argv[1]); "
         "import to_pulsar.spark_task as t, to_pulsar.spark_plan; "
         "assert t.__file__.startswith(sys.argv[1]), t.__file__; "
-        "assert not {'pyspark', 'pyarrow'} & set(sys.modules); print('ok')"
+        "assert not {'pyspark', 'pyarrow'} & set(sys.modules); print(t.__file__[-4:])"
     )
     done = subprocess.run(
         [sys.executable, "-I", "-S", "-c", script, str(archive)], capture_output=True, text=True
     )
-    assert (done.returncode, done.stdout, done.stderr) == (0, "ok\n", "")
+    assert (done.returncode, done.stdout, done.stderr) == (0, ".pyc\n", "")  # not compiled
+
+
+def test_the_shipped_bytecode_of_another_python_is_passed_over(tmp_path: Path) -> None:
+    """A worker whose Python is another version than the driver's (its magic number) imports
+    the shipped sources instead."""
+    archive = to_pulsar_spark_ship.package_zip()
+    assert archive is not None
+    other = tmp_path / "other.zip"
+    with zipfile.ZipFile(archive) as source, zipfile.ZipFile(other, "w") as copy:
+        for name in source.namelist():
+            data = source.read(name)
+            copy.writestr(name, b"\0\0\r\n" + data[4:] if name.endswith(".pyc") else data)
+    script = "import sys; sys.path.insert(0, sys.argv[1]); import to_pulsar.spark_task as t; "
+    script += "print(t.__file__[-3:])"
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", script, str(other)], capture_output=True, text=True
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, ".py\n", "")
 
 
 def test_the_format_says_what_to_do_without_pyarrow(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -424,6 +445,41 @@ def test_write_arrow_is_write_with_one_arrow_row_for_the_driver(fake: FakeStream
     assert row == {"rows": 3, "acked": 2, "discarded": [("too_large", 1)], "host": row["host"]}
     assert fake.message_records()[0] == encode_any_partition("default", b"a", b"k1", MS)
     assert python_has_arrow()
+
+
+_NO_PANDAS = """
+import pickle, sys
+import pyarrow as pa
+from to_pulsar.spark_arrow import encode_batch
+plan = pickle.loads(open(sys.argv[1], "rb").read())
+batches = list(pa.ipc.open_stream(open(sys.argv[2], "rb").read()))
+assert "pandas" not in sys.modules
+assert all(encode_batch(batch, plan, 0) is not None for batch in batches)
+(result,) = plan.write_arrow(iter(batches))
+from to_pulsar.spark_warm_up import prepare_write_worker
+(ready,) = prepare_write_worker(iter(batches))
+assert ready.num_rows == 1
+print(result.to_pylist()[0]["rows"], "pandas" in sys.modules)
+"""
+
+
+def test_a_mapinarrow_task_does_not_import_pandas(fake: FakeStreamDaemon, tmp_path: Path) -> None:
+    """pyarrow imports pandas (0.5 s in a fresh Spark worker) at its first conversion from
+    Python values or to numpy: write()'s tasks (Arrow batches to records to their result
+    row) and its warm-up's make none, in a Python that has pandas."""
+    p = plan(FULL, topic="default", socket=str(fake.path))
+    batch = arrow_batch()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as stream:
+        stream.write_batch(batch)
+        stream.write_batch(batch.slice(1))
+    (tmp_path / "plan").write_bytes(pickle.dumps(p))
+    (tmp_path / "batches").write_bytes(sink.getvalue().to_pybytes())
+    argv = [sys.executable, "-c", _NO_PANDAS, str(tmp_path / "plan"), str(tmp_path / "batches")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["5", "False"]
+    assert len(fake.message_records()) == 5
 
 
 def test_a_reused_spark_worker_is_frozen_once_and_nothing_else_is(
