@@ -104,8 +104,9 @@ class Appender:
         """Route an accepted message to its partition's batch (see :func:`prepare`), or keep
         it waiting for the topic's partition count: the one rule for new, replayed and
         waiting messages (the compiled admitter is its fast path)."""
-        if topic.producers:
-            producer = topic.choose(partition_key)
+        producers = topic.producers
+        if producers:  # Topic.choose, inlined: once per message
+            producer = producers[topic.state.choose(partition_key)]
             self.append(producer, key_field, timestamp, data, value_offset, charge, confirmation)
         else:
             if key_field and key_field[0] == _DELAYED:  # kept as it came: keep its time too

@@ -36,11 +36,11 @@ class Topic:
     """A topic's producers (one per partition) and its routing state."""
 
     __slots__ = (
-        "_producers",
         "borrowed",
         "name",
         "name_conflicts",
         "partitioned",
+        "producers",
         "sequenced",
         "state",
         "stats",
@@ -50,7 +50,10 @@ class Topic:
 
     def __init__(self, name: str):
         self.name = name
-        self._producers: tuple[PartitionProducer, ...] = ()
+        #: Empty until the partition count is known; one producer for a non-partitioned
+        #: topic.  Only :meth:`attach` adds to it (a plain attribute: the intake reads it
+        #: per message).
+        self.producers: tuple[PartitionProducer, ...] = ()
         #: What the intake reads: the partitions' states, the round-robin position, the
         #: limits (the compiled intake's own copy, changed only through its members).
         self.state = TopicState()
@@ -70,16 +73,10 @@ class Topic:
         #: Times a broker refused our producer name on one of this topic's partitions.
         self.name_conflicts = 0
 
-    @property
-    def producers(self) -> tuple[PartitionProducer, ...]:
-        """Empty until the partition count is known; one producer for a non-partitioned
-        topic.  Added with :meth:`attach`."""
-        return self._producers
-
     def attach(self, producers: Iterable[PartitionProducer]) -> None:
         """The next partitions' producers, in partition order (the intake's state too)."""
         added = tuple(producers)
-        self._producers += added
+        self.producers += added
         self.state.attach(tuple(producer.state for producer in added))
 
     # The per-topic limits, set by the edge from the configuration (in the intake's state).
@@ -126,10 +123,10 @@ class Topic:
     def owned_producers(self) -> Sequence[PartitionProducer]:
         """The producers this topic owns (all of them, unless it shares a broker topic)."""
         if not self.borrowed:
-            return self._producers
+            return self.producers
         return [p for p in self.producers if p.producer_id not in self.borrowed]
 
     def choose(self, partition_key: int) -> PartitionProducer:
         """The producer for a message: ``partition_key`` -1 for AnyPartition (the rule:
         ``route/topic_state.py``)."""
-        return self._producers[self.state.choose(partition_key)]
+        return self.producers[self.state.choose(partition_key)]
