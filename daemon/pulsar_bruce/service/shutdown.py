@@ -63,6 +63,7 @@ def keep_or_discard_the_rest(
     topics = list(topics)
     why = "shutdown cut short" if cut_short else "shutdown timeout"
     if spooler is not None:
+        spooler.stop()  # what the disk refuses of what it held is in memory: in the front
         front, count, charge = spool_records_of(topics)
         if spooler.shutdown(front):
             forget_buffered(topics)

@@ -136,11 +136,18 @@ class Spooler:
     def stop_replaying(self) -> None:
         self._stopping = True
 
-    def shutdown(self, front: list[bytes]) -> bool:
-        """Write ``front`` (what memory still holds) before everything else on disk, and
-        close the store; False when it did not fit or could not be written."""
+    def stop(self) -> None:
+        """The shutdown's first step: no more replays, and what the policy holds goes to
+        disk now, so that what the disk refuses is back in memory before the caller takes
+        memory's contents as the front (:meth:`shutdown`)."""
         self._stopping = True
         self.policy.write_held(self._into_memory)
+
+    def shutdown(self, front: list[bytes]) -> bool:
+        """Write ``front`` (what memory still holds, taken after :meth:`stop`) before
+        everything else on disk, and close the store; False when it did not fit or could
+        not be written."""
+        self.stop()
         written = False
         if front and self.store.has_room(sum(len(record) for record in front)):
             try:

@@ -21,7 +21,7 @@ from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.outcomes import Outcomes
 from pulsar_bruce.route.router import Topic
 from pulsar_bruce.route.topics import TopicRegistry
-from pulsar_bruce.service.shutdown import forget_buffered, spool_records_of
+from pulsar_bruce.service.shutdown import keep_or_discard_the_rest
 from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.spool.spooler import Spooler
 from pulsar_bruce.spool.store import SpoolStore
@@ -252,17 +252,13 @@ class Harness:
         raise AssertionError(f"the spool does not drain: {self.counts()}")
 
     def shutdown_to_spool(self) -> bool:
-        """What the server does at shutdown with a spool (the part after the receipt wait)."""
+        """What the server does at shutdown with a spool (the part after the receipt wait,
+        ``service/shutdown.keep_or_discard_the_rest``); whether memory went to disk."""
         assert self.spooler is not None
-        topics = list(self.registry)
-        front, count, charge = spool_records_of(topics)
-        kept = self.spooler.shutdown(front)
-        if kept:
-            forget_buffered(topics)
-            self.ledger.to_disk(count, charge)
+        discarded = self.ledger.discarded_total
+        keep_or_discard_the_rest(self.registry, self.ledger, self.outcomes, self.spooler, False)
         self.check()
-        self.discard_everything()
-        return kept
+        return self.ledger.discarded_total == discarded
 
 
 def any_msg(topic: str = "t", value: bytes = b"v", key: bytes = b"", ts: int = 0) -> bytes:

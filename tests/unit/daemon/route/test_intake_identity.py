@@ -209,3 +209,19 @@ def test_buffered_bytes_return_to_zero_once_everything_is_acked(batch: list[byte
         h.ack_everything(topic.name)
     assert h.ledger.buffered_messages == 0
     assert h.ledger.buffered_bytes == 0
+
+
+def test_a_held_message_the_disk_refuses_at_shutdown_goes_to_the_spool_with_the_rest() -> None:
+    """Found by the machine above: during an outage a message is held for the disk, the
+    disk refuses it (so memory keeps it), and the shutdown must take it into the front it
+    writes, not forget it with what memory held before."""
+    machine = IntakeMachine()
+    machine.datagrams([any_msg("a", b"", b"")])
+    machine.broker_outage()
+    machine.disk_fails()
+    machine.datagrams([any_msg("a", b"", b"")])
+    machine.identity()
+    machine.restart()  # checks that the next run receives both
+    machine.identity()
+    assert machine.h.ledger.received == 2
+    machine.teardown()
