@@ -1,6 +1,6 @@
 """Discard reasons: the stable ``reason`` label values of ``pulsar_bruce_discarded_total``."""
 
-from typing import Final
+from typing import Final, Protocol
 
 MALFORMED: Final = "malformed"
 UNSUPPORTED_API_KEY: Final = "unsupported_api_key"
@@ -56,7 +56,13 @@ ALL: Final = (
 )
 
 
-def given_up(reason: str, send_attempts: int) -> str:
-    """The true reason for giving up a batch by time or at shutdown: ``unconfirmed`` once it
-    has been written to a broker (its outcome is unknown), else ``reason``."""
-    return UNCONFIRMED if send_attempts else reason
+class MaybeStored(Protocol):
+    @property
+    def may_be_stored(self) -> bool: ...
+
+
+def given_up(reason: str, batch: MaybeStored) -> str:
+    """The true reason for giving up a batch (by time, at shutdown, after its attempts):
+    ``unconfirmed`` when the broker may hold it (a write whose outcome is unknown, or an
+    earlier copy: ``SealedBatch.may_be_stored``), else ``reason``: certainly not stored."""
+    return UNCONFIRMED if batch.may_be_stored else reason

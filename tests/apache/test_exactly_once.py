@@ -113,3 +113,23 @@ def test_a_retry_while_the_first_attempts_producers_still_hold_the_name(
     assert (acked, discarded) == (ROWS, {}), time.monotonic() - started
     values = stored(apache, topic, ROWS)
     assert len(values) == ROWS and max(values.values()) == 1
+
+
+def test_a_sender_into_a_topic_with_a_small_size_limit_stores_every_row_once(
+    apache: ApachePulsar, start_daemon: Any, namespace: str
+) -> None:
+    """A topic's maxMessageSize policy (2 KiB) below the daemon's batch size, exactly once:
+    the refused batches behind which nothing was stored go again in halves, in id order,
+    so every row is stored once (issue 36, point 9: most rows came back ``too_large``)."""
+    topic = f"persistent://{namespace}/small-{uuid.uuid4().hex[:8]}"
+    apache.admin.create_topic(topic)
+    apache.admin.set_max_message_size(topic, 2048)
+    policy = f"/admin/v2/persistent/{namespace}/{topic.rsplit('/', 1)[1]}/maxMessageSize"
+    wait_for(lambda: apache.admin.get(policy) == "2048", 30, "the topic policy")
+    rows = [encode_any_partition(topic, b"row-%05d-" % i + b"x" * 90) for i in range(2000)]
+    head = encode_producer_record(f"job-{uuid.uuid4().hex[:8]}-p0", 0)
+    daemon = start_daemon(apache.url, "--compression", "none")
+    acked, discarded = run_to_the_end(daemon, head, rows)
+    assert (acked, discarded) == (2000, {})
+    values = stored(apache, topic, 2000)
+    assert len(values) == 2000 and max(values.values()) == 1

@@ -221,6 +221,8 @@ def split_batch(batch: SealedBatch, at: int = 0) -> tuple[SealedBatch, SealedBat
         tags=rest_tags,
     )
     first.created_at = rest.created_at = batch.created_at  # the send timeout still applies
+    first.inherit(batch)
+    rest.inherit(batch)
     # Journalled as new batches, which replace the journalled one (a half split again
     # replaces what its whole replaced).
     first.replaces = rest.replaces = batch.journal.item if batch.journal else batch.replaces
@@ -237,3 +239,12 @@ def batch_entries_of(batch: SealedBatch) -> bytes:
     assert frame.metadata is not None
     metadata = frame.metadata
     return decompress(metadata.compression, frame.payload, metadata.uncompressed_size)
+
+
+def unframe(batch: SealedBatch) -> None:
+    """Take a framed batch back to its entries (under the ids they were stamped with), to be
+    cut or numbered again; a chunked message kept its payload."""
+    if batch.frame and not batch.payload:
+        batch.payload = batch_entries_of(batch)
+    batch.frame = b""
+    batch.frames, batch.receipts = 1, 0

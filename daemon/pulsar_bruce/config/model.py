@@ -180,8 +180,10 @@ class Config(TopicSettings, _ProcessOptions):
     max_send_attempts: int = option(
         10, parse_non_negative_int,
         "a batch the broker failed this many times (send error, overdue or mismatched "
-        "receipt) is discarded as retries_exhausted; resends after a lost connection or a "
-        "producer the broker closed (restart, unload) do not count (0: no limit)", "N")
+        "receipt) is discarded as retries_exhausted (as unconfirmed if a write of it was "
+        "never answered); resends after a lost connection or a producer the broker closed "
+        "(restart, unload), and a broker that cannot tell yet whether a resend is a "
+        "duplicate (an earlier write still being persisted), do not count (0: no limit)", "N")
     receipt_timeout_s: float = option(
         30.0, parse_positive_number,
         "a batch unconfirmed this long makes the daemon reconnect and resend", "SECONDS")

@@ -69,6 +69,33 @@ class SealedBatch:
     journal: JournalEntry | None = None
     #: A half of a split batch: the journal item of the batch it replaces (-1: none).
     replaces: int = -1
+    #: Writes under its current ids that the broker answered with a ``SendError``: each
+    #: stored nothing.  ``send_attempts - refused_writes`` writes have an unknown outcome.
+    refused_writes: int = 0
+    #: It may be stored under ids it no longer has (written, then renumbered), or by a run
+    #: before this one (replayed from the journal or the spool after it was written).
+    stored_before: bool = False
+    #: Refused while later batches were in flight (``BatchQueue.refuse``): what goes in its
+    #: place once their answers say whether its ids can stay (None: not refused).
+    replacement: list[SealedBatch] | None = None
+
+    @property
+    def may_be_stored(self) -> bool:
+        """Whether the broker may hold it: a write whose outcome is unknown, or an earlier
+        copy (``reasons.given_up`` says ``unconfirmed`` then, not a loss)."""
+        return self.send_attempts > self.refused_writes or self.stored_before
+
+    def inherit(self, whole: SealedBatch) -> None:
+        """A part of ``whole`` under the same ids: it shares its writes' history."""
+        self.send_attempts, self.refused_writes = whole.send_attempts, whole.refused_writes
+        self.failed_sends, self.stored_before = whole.failed_sends, whole.stored_before
+
+    def renumbered(self) -> None:
+        """It goes under new ids: no write under them yet; what it may be stored as before
+        is remembered (``stored_before``)."""
+        self.stored_before = self.may_be_stored
+        self.sequence_id, self.producer_name = -1, ""
+        self.send_attempts = self.refused_writes = 0
 
     @property
     def highest_sequence_id(self) -> int:

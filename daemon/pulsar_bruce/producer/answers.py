@@ -15,12 +15,14 @@ from collections.abc import Callable
 from pulsar_bruce import reasons
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.model.batch import SealedBatch
-from pulsar_bruce.producer.delivery import DeliveryListener
+from pulsar_bruce.producer.delivery import DeliveryListener, SendJournal
 from pulsar_bruce.producer.faults import (
     answered_duplicate,
+    count_failure,
     error_name,
     frame_intact,
     is_permanent,
+    not_yet_known,
     unstored_reason,
 )
 from pulsar_bruce.producer.partition_producer import PartitionProducer, ReceiptMatch
@@ -35,6 +37,7 @@ class BrokerAnswers:
 
     producer: PartitionProducer
     listener: DeliveryListener
+    journal: SendJournal
     topic_batch_limit: int
     clock: Callable[[], float]
     _unstored_logged: set[str]
@@ -45,39 +48,60 @@ class BrokerAnswers:
     def flush(self) -> None:
         raise NotImplementedError
 
+    def _ride_out(self, reason: str) -> None:
+        raise NotImplementedError
+
     def on_receipt(self, receipt: pb.CommandSendReceipt) -> None:
         producer = self.producer
         match, batch = producer.on_receipt(receipt.sequence_id)
-        reason = None if batch is None else unstored_reason(producer.topic, receipt, batch)
-        if batch is not None and producer.exactly_once and answered_duplicate(receipt):
+        if batch is None:
+            if match is ReceiptMatch.MISMATCH:
+                self._recreate(
+                    f"receipt for sequence id {receipt.sequence_id} matches no pending batch",
+                    producer.pending[0] if producer.in_flight else None,
+                )
+            return
+        reason = unstored_reason(producer.topic, receipt, batch)
+        if reason != reasons.BROKER_DROPPED and producer.exactly_once and answered_duplicate(
+            receipt
+        ):
             self.listener.batch_already_stored(batch)  # an earlier attempt's copy is stored
-        elif batch is not None and reason is None:
+        elif reason is None:
             self.listener.batch_acked(batch, self.clock() - batch.sent_at)
-        elif batch is not None and reason is not None:
+        else:
             self.listener.batch_discarded(batch, reason)
             level = logging.DEBUG if reason in self._unstored_logged else logging.WARNING
             self._unstored_logged.add(reason)
             log.log(level, "%s: receipt for message id -1:-1 (sequence id %d): %d messages not "
                     "stored, discarded as %s", producer.topic, receipt.sequence_id, batch.count,
                     reason)  # fmt: skip
-        elif match is ReceiptMatch.MISMATCH:
-            self._recreate(
-                f"receipt for sequence id {receipt.sequence_id} matches no pending batch",
-                producer.pending[0] if producer.in_flight else None,
-            )
+        if producer.queue.refused:
+            self.flush()  # the last answer a refused batch waited for: it goes again
 
     def on_send_error(self, error: pb.CommandSendError) -> None:
         """The broker failed the batch whose id range holds ``error.sequence_id``.
 
         The Java broker names a failed batch by its highest sequence id
-        (``Producer.checkAndStartPublish``, ``MessagePublishContext.completed``).
-        A permanent error, or a ``ChecksumError`` on a copy of ours that is
-        corrupt, discards exactly that batch as ``broker_rejected``; anything
-        else re-creates the producer and resends.  ``NotAllowed`` (the batch is
-        over the topic's size limit) leaves the producer as it is, like the
-        Java client's ``recoverNotAllowedError``; other permanent errors concern
-        the topic, so the producer is re-created and the broker's refusal of
-        it discards the rest at once.
+        (``Producer.checkAndStartPublish``, ``MessagePublishContext.completed``);
+        the write stored nothing (``SealedBatch.refused_writes``).
+
+        - A permanent error, or a ``ChecksumError`` on a copy of ours that is
+          corrupt, discards exactly that batch as ``broker_rejected``; other
+          permanent errors concern the topic, so the producer is re-created and the
+          broker's refusal of it discards the rest at once.
+        - ``NotAllowed`` for the topic's size limit: the batch goes again in halves
+          (:meth:`_fit_topic_limit`), the producer stays, like the Java client's
+          ``recoverNotAllowedError``.
+        - Any other error: the batch stored nothing, but the batches written after it
+          may be stored (a topic un-fenced after a failed write takes the next ones), so
+          it waits for their answers (``BatchQueue.refuse``) before it goes again.  A
+          ``ChecksumError`` on an intact copy, or ``MessageDupUnknownException`` (a
+          ``PersistenceError``) for ids no earlier write of ours took, leaves the
+          producer as it is; ``MessageDupUnknownException`` for a batch an earlier write
+          of which is still being persisted (a bookie slower than our timeouts) is not an
+          attempt spent: the producer is re-created after a growing wait until the broker
+          knows (:meth:`_ride_out`; the Java client reconnects, ``ClientCnx.handleSendError``);
+          anything else re-creates the producer, and everything pending is resent.
         """
         producer = self.producer
         name = error_name(error.error)
@@ -89,6 +113,7 @@ class BrokerAnswers:
             else:
                 self._recreate(f"{name} for sequence id {error.sequence_id}, never sent")
             return
+        batch.refused_writes += 1
         if error.error == pb.NotAllowedError and over_topic_limit(error.message):
             self._fit_topic_limit(batch)
             return
@@ -107,12 +132,27 @@ class BrokerAnswers:
             if is_permanent(error.error) and error.error != pb.NotAllowedError:
                 self._recreate(name)
             return
-        log.warning("send error on %s: %s %s; will resend", where, name, error.message)
-        self._recreate(name, batch)
+        producer.refuse(batch, [batch])  # this write stored nothing; later ones may be stored
+        self.journal.refused(producer, batch)
+        unknown = not_yet_known(error)
+        if unknown and batch.may_be_stored:
+            log.warning("send error on %s: %s %s; the broker is still persisting an earlier "
+                        "write of it: will resend once it knows", where, name,
+                        error.message)  # fmt: skip
+            self._ride_out(name)
+        elif unknown or error.error == pb.ChecksumError:
+            count_failure(batch)
+            log.warning("send error on %s: %s %s; will resend once the batches written after "
+                        "it are answered", where, name, error.message)  # fmt: skip
+            self.flush()
+        else:
+            log.warning("send error on %s: %s %s; will resend", where, name, error.message)
+            self._recreate(name, batch)
 
     def _fit_topic_limit(self, batch: SealedBatch) -> None:
-        """The topic's own size limit refused ``batch``: resend it in halves, keep later
-        batches below its size, or discard a single message as ``too_large``."""
+        """The topic's own size limit refused ``batch``: it goes again in halves once the
+        batches written after it are answered, later batches are kept below its size; a single
+        message is discarded as ``too_large``."""
         producer = self.producer
         limit, halves = halves_for_topic_limit(batch)
         if limit < self.topic_batch_limit:
@@ -121,10 +161,13 @@ class BrokerAnswers:
                         "size); batches limited to %d bytes", producer.topic, 2 * limit,
                         limit)  # fmt: skip
         producer.limit_batch_bytes(self.topic_batch_limit)
-        if not producer.resend_in_halves(batch, halves):
-            what = "batch written before others" if halves else "message"
-            log.warning("%s: a %s over the topic's maximum message size discarded as "
-                        "too_large", producer.topic, what)  # fmt: skip
-            self.listener.batch_discarded(batch, reasons.TOO_LARGE)
+        if not halves:
+            producer.reject(batch.sequence_id)
+            reason = reasons.given_up(reasons.TOO_LARGE, batch)
+            log.warning("%s: a message over the topic's maximum message size discarded as %s",
+                        producer.topic, reason)  # fmt: skip
+            self.listener.batch_discarded(batch, reason)
             return
+        producer.refuse(batch, halves)
+        self.journal.refused(producer, batch)
         self.flush()

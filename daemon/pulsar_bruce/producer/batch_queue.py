@@ -19,6 +19,8 @@ stored, or storing one twice.  Nothing else writes the queue or the ids;
   ``last_sequence_id`` is above every id we gave (``sequence_ids.py``).
 - The first ``in_flight`` batches are written on the current connection;
   receipts confirm them in order.
+- **A refused batch keeps its ids only if nothing after it is stored**
+  (``refusals.py``).
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ import itertools
 from collections import deque
 from enum import Enum
 
-from pulsar_bruce.batch.batch_builder import BatchBuilder, split_batch
+from pulsar_bruce.batch.batch_builder import BatchBuilder, split_batch, unframe
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.producer.exactly_once import number_sealed, stored_part
+from pulsar_bruce.producer.refusals import Refusals
 from pulsar_bruce.producer.sequence_ids import Renumbered, renumber_above
 
 
@@ -44,12 +47,13 @@ class ReceiptMatch(Enum):
     MISMATCH = "mismatch"
 
 
-class BatchQueue:
+class BatchQueue(Refusals):
     """Pending batches in id order, the first ``in_flight`` written, and the next ids."""
 
     __slots__ = ("_in_flight", "_issued_from", "_next_id", "_pending", "_stored_up_to", "sender")
 
     def __init__(self) -> None:
+        super().__init__()
         self._pending: deque[SealedBatch] = deque()
         self._in_flight = 0
         self._next_id = 0
@@ -86,6 +90,14 @@ class BatchQueue:
 
     def __len__(self) -> int:
         return len(self._pending)
+
+    @property
+    def has_unsent(self) -> bool:
+        """Something to write: unsent batches, or refused ones all of whose later batches are
+        answered; nothing new while a refused batch waits for those answers."""
+        if self._refused:
+            return self.releasable
+        return len(self._pending) > self._in_flight or bool(self.failed_back)
 
     # -- queueing ---------------------------------------------------------------------------
 
@@ -125,9 +137,11 @@ class BatchQueue:
             self._issued_from <= batch.highest_sequence_id and batch.sequence_id < self._next_id
         )
         if not name_is_ours or batch.producer_name != name or taken:
+            batch.stored_before = not taken  # written by the last run, under another name
             batch.sequence_id, batch.producer_name = -1, ""
             pending.append(batch)
             return
+        batch.stored_before = True  # the last run journalled it as written under these ids
         index = len(pending)
         while index > self._in_flight and (
             pending[index - 1].sequence_id < 0 or pending[index - 1].sequence_id > batch.sequence_id
@@ -143,15 +157,27 @@ class BatchQueue:
         A sender's ids are its own (what the broker has is left to it to answer); ours are
         renumbered when the broker is past them (:func:`renumber_above`)."""
         self._in_flight = 0
+        if self._refused:
+            self.release()
         if self.sender is not None:
             self._stored_up_to = last_sequence_id
+            for batch in self._pending:  # a written batch straddling it is cut before it goes
+                if batch.frame and stored_part(batch, last_sequence_id):
+                    unframe(batch)
             return None
         self._next_id, self._issued_from, renumbered = renumber_above(
             self._pending, self._next_id, self._issued_from, last_sequence_id
         )
         return renumbered
 
+    def closed(self) -> None:
+        """The producer was closed on the broker: what it did not answer, it did not take."""
+        self._in_flight = 0
+
     def connection_lost(self) -> None:
+        """Nothing written is answered any more: a batch lost unanswered may be stored."""
+        if self._refused:
+            self._unanswered_may_be_stored()
         self._in_flight = 0
 
     # -- sending ----------------------------------------------------------------------------
@@ -204,17 +230,20 @@ class BatchQueue:
         producer is ``closing``, after the broker failed one batch, the batches
         behind it may still be confirmed: any in-flight batch can match then.
         """
-        if self._in_flight == 0:
+        first = self._first_unanswered()
+        if first is None:
             # A receipt for a batch we gave up (send timeout) is old news, not a mismatch.
             stale = 0 <= sequence_id < self._next_id
             return (ReceiptMatch.STALE if stale else ReceiptMatch.MISMATCH), None
-        head = self._pending[0]
+        head = self._pending[first]
         if sequence_id == head.sequence_id:
             if not _last_receipt(head):
                 return ReceiptMatch.CHUNK, None
-            self._pending.popleft()
-            self._in_flight -= 1
-            return ReceiptMatch.ACKED, head
+            if first == 0:
+                self._pending.popleft()
+                self._in_flight -= 1
+                return ReceiptMatch.ACKED, head
+            return ReceiptMatch.ACKED, self._acked(first)
         if sequence_id < head.sequence_id:
             return ReceiptMatch.STALE, None
         if not closing:
@@ -224,7 +253,7 @@ class BatchQueue:
             return ReceiptMatch.STALE, None
         if not _last_receipt(self._pending[index]):
             return ReceiptMatch.CHUNK, None
-        return ReceiptMatch.ACKED, self._remove_in_flight(index)
+        return ReceiptMatch.ACKED, self._acked(index)
 
     def in_flight_batch(self, sequence_id: int) -> SealedBatch | None:
         """The in-flight batch whose sequence id range contains ``sequence_id``, if any."""
@@ -237,55 +266,45 @@ class BatchQueue:
         index = self._in_flight_index(sequence_id)
         return None if index is None else self._remove_in_flight(index)
 
-    def resend_in_halves(self, batch: SealedBatch, halves: list[SealedBatch]) -> bool:
-        """The broker refused the in-flight ``batch`` (over the topic's size limit): remove
-        it and queue ``halves`` (its messages, under their ids) in its place; False when they
-        cannot be sent (none, or see below) and ``batch`` is to be discarded.
-
-        Nothing of ``batch`` was stored (the size check comes before deduplication,
-        ``PersistentTopic.publishMessage``), but batches written after it may be, and
-        the broker would then take lower ids for duplicates.  So the halves keep the
-        ids when ``batch`` was the last written; otherwise our own name's halves are
-        numbered afresh (like a new batch), and a sender's, whose ids are its own, cannot
-        be sent (the Java client fails such a batch: ``recoverNotAllowedError``).
-        """
-        index = self._in_flight_index(batch.sequence_id)
-        assert index is not None
-        last = index == self._in_flight - 1
-        self._remove_in_flight(index)
-        if not halves or (not last and self.sender is not None):
-            return False
-        if not last:
-            for half in halves:
-                half.sequence_id, half.producer_name = -1, ""
-            self._pending.extend(halves)
-        else:
-            self._pending.insert(index, halves[1])
-            self._pending.insert(index, halves[0])
-        return True
-
     def expire(self, deadline: float) -> list[SealedBatch]:
         """Remove the batches (oldest first) created before ``deadline``: their send timed out."""
         expired = []
         pending = self._pending
         while pending and 0 < pending[0].created_at < deadline:
-            expired.append(pending.popleft())
+            batch = pending.popleft()
+            expired.append(batch)
             if self._in_flight:
                 self._in_flight -= 1
+            if batch.replacement is not None:
+                batch.replacement = None
+                self._refused -= 1
         return expired
 
     def take_all(self) -> list[SealedBatch]:
         """Remove every batch (to discard or spool it)."""
-        batches = list(self._pending)
+        batches = [batch for batch, _ in self.failed_back] + list(self._pending)
         self._pending.clear()
-        self._in_flight = 0
+        self.failed_back.clear()
+        self.possibly_stored.clear()
+        self._in_flight = self._refused = 0
+        self._stored_top = -1
+        for batch in batches:
+            batch.replacement = None
         return batches
 
     def _in_flight_index(self, sequence_id: int) -> int | None:
+        """The unanswered in-flight batch whose ids hold ``sequence_id``."""
         pending = self._pending
         for index in range(self._in_flight):
             batch = pending[index]
             if batch.sequence_id <= sequence_id <= batch.highest_sequence_id:
+                return index if batch.replacement is None else None
+        return None
+
+    def _first_unanswered(self) -> int | None:
+        pending = self._pending
+        for index in range(self._in_flight):
+            if pending[index].replacement is None:
                 return index
         return None
 
@@ -301,6 +320,7 @@ class BatchQueue:
         """Assert the queue's rules (for tests, after every step)."""
         pending = self._pending
         assert 0 <= self._in_flight <= len(pending), (self._in_flight, len(pending))
+        assert self._refused == sum(b.replacement is not None for b in pending), "refused count"
         last = -1
         for index, batch in enumerate(pending):
             assert batch.count > 0

@@ -46,6 +46,10 @@ class SendJournal(Protocol):
     def sent(self, producer: Any, batches: list[SealedBatch]) -> None:
         """Journal the sequence ids ``batches`` go under (before they are written)."""
 
+    def refused(self, producer: Any, batch: SealedBatch) -> None:
+        """Journal, at once, that the broker refused ``batch``: a replay must not go under
+        its ids, which a later batch's may cover (``refusals.py``)."""
+
 
 class Unjournalled:
     """A producer's journal when there is none: nothing to write before a batch is framed or
@@ -55,6 +59,9 @@ class Unjournalled:
         pass
 
     def sent(self, producer: Any, batches: list[SealedBatch]) -> None:
+        pass
+
+    def refused(self, producer: Any, batch: SealedBatch) -> None:
         pass
 
 

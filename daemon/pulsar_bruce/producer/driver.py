@@ -40,7 +40,7 @@ from pulsar_bruce.connection.pool import BrokerAddress, ConnectionPool, TopicLoo
 from pulsar_bruce.frame import commands
 from pulsar_bruce.producer.answers import BrokerAnswers
 from pulsar_bruce.producer.availability import Availability
-from pulsar_bruce.producer.backoff import Retry
+from pulsar_bruce.producer.backoff import Backoff, Retry
 from pulsar_bruce.producer.delivery import (
     UNJOURNALLED,
     DeliveryListener,
@@ -106,6 +106,10 @@ class ProducerDriver(Recreation, BrokerAnswers):
         #: Reasons of -1:-1 receipts already logged at warning level.
         self._unstored_logged: set[str] = set()
         self._retry = Retry()
+        #: Re-creations that wait for the broker to persist an earlier write (``_ride_out``):
+        #: their own growing delay, since each re-creation succeeds at once.
+        self._not_yet_known = Backoff(initial_s=0.5, maximum_s=5.0)
+        self._riding_out = False
         #: This attempt's lookup named the owner (a failure to reach it is the cluster's answer).
         self._owner_named = False
         self._loop = asyncio.get_running_loop()
@@ -184,8 +188,21 @@ class ProducerDriver(Recreation, BrokerAnswers):
 
     def _retry_delay(self) -> float:
         """After a lost connection or producer: no wait when the broker named where to go
-        (the Java client reconnects at once), else a short one."""
-        return 0.0 if self._assigned_url is not None else self._retry.next_delay(True)
+        (the Java client reconnects at once), a growing one while the broker persists an
+        earlier write (:meth:`_ride_out`), else a short one."""
+        if self._assigned_url is not None:
+            return 0.0
+        riding_out, self._riding_out = self._riding_out, False
+        if riding_out:
+            return self._not_yet_known.next_delay()
+        self._not_yet_known.reset()
+        return self._retry.next_delay(True)
+
+    def _ride_out(self, reason: str) -> None:
+        """The broker cannot tell yet whether a resend is a duplicate: not an attempt spent
+        (no ``--max-send-attempts``); re-created after a growing wait, until it can."""
+        self._riding_out = True
+        self._recreate(f"{reason} (an earlier write is still being persisted)")
 
     async def _connect(self) -> None:
         producer = self.producer
@@ -289,14 +306,12 @@ class ProducerDriver(Recreation, BrokerAnswers):
             connection.core.max_message_size,
             self.delivery.max_send_attempts,
         )
+        if out.possibly_stored:
+            self.listener.batches_possibly_stored(out.possibly_stored)
         for batch, reason in out.rejected:
-            log.warning(
-                "%s: batch of %d messages discarded as %s (broker max message size %d)",
-                self.producer.topic,
-                batch.count,
-                reason,
-                connection.core.max_message_size,
-            )
+            log.warning("%s: batch of %d messages discarded as %s (broker max message size %d, "
+                        "sent %d times)", self.producer.topic, batch.count, reason,
+                        connection.core.max_message_size, batch.send_attempts)  # fmt: skip
             self.listener.batch_discarded(batch, reason)
         now = self.clock()
         for batch in out.batches:

@@ -146,7 +146,8 @@ def unstored_reason(topic: str, receipt: pb.CommandSendReceipt, batch: SealedBat
     (``MessageDeduplication.isDuplicate``, ``Producer.MessagePublishContext``) and for a
     message it dropped under load on a non-persistent one (``ServerCnx.handleSend``).
     A duplicate of a batch we wrote before under these very ids (a resend after a lost
-    connection, an unload, a restart from the spool) is our earlier copy, stored once:
+    connection, an unload, a restart from the spool), by a write the broker did not refuse,
+    is our earlier copy, stored once:
     that is the delivery deduplication exists for, so it counts as acked.  A duplicate
     of a batch written for the first time is someone else's message under our name and
     ids (``deduplicated``): this copy is not stored.
@@ -158,9 +159,19 @@ def unstored_reason(topic: str, receipt: pb.CommandSendReceipt, batch: SealedBat
         return None
     if topic.startswith("non-persistent://"):
         return reasons.BROKER_DROPPED
-    if batch.send_attempts > 1 or batch.producer_name:
-        return None
+    if batch.send_attempts - batch.refused_writes > 1 or batch.producer_name:
+        return None  # a write before this one, under these ids, may be stored
     return reasons.DEDUPLICATED
+
+
+#: ``MessageDeduplication.MessageDupUnknownException``'s text, in its ``PersistenceError``.
+DUP_UNKNOWN_TEXT = "cannot determine whether the message is a duplicate"
+
+
+def not_yet_known(error: pb.CommandSendError) -> bool:
+    """The broker cannot tell yet whether the Send is a duplicate: an earlier write of its
+    ids is pushed and not persisted (``PersistentTopic.publishMessage``)."""
+    return error.error == pb.PersistenceError and DUP_UNKNOWN_TEXT in error.message.lower()
 
 
 def count_failure(batch: SealedBatch | None) -> None:

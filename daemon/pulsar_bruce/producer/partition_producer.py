@@ -69,8 +69,12 @@ class Outgoing:
     #: Messages in ``batches`` that had been sent before (possible duplicates).
     resent_messages: int = 0
     #: Batches removed from the queue, with the discard reason: too large for the
-    #: broker, or failed by the broker ``max_attempts`` times already.
+    #: broker, failed by the broker ``max_attempts`` times already, or a sender's batch
+    #: refused while a later one was stored (``BatchQueue.release``).
     rejected: list[tuple[SealedBatch, str]] = field(default_factory=list)
+    #: Batches renumbered after a refusal that an earlier write may have stored: their
+    #: write under new ids may store them twice (reported as possible duplicates).
+    possibly_stored: list[SealedBatch] = field(default_factory=list)
 
 
 class PartitionProducer:
@@ -212,7 +216,7 @@ class PartitionProducer:
 
     @property
     def has_unsent(self) -> bool:
-        return self.ready and len(self.pending) > self.in_flight
+        return self.ready and self.queue.has_unsent
 
     # -- connection lifecycle -------------------------------------------------
 
@@ -246,6 +250,11 @@ class PartitionProducer:
         self.closing = False
         self.queue.connection_lost()
 
+    def on_closed(self) -> None:
+        """The broker answered our ``CloseProducer``: a batch it has not answered by then was
+        not taken (``Producer.close`` waits for every publish in progress)."""
+        self.queue.closed()
+
     def pause(self) -> None:
         """The producer is being closed on its connection: write nothing more until it is
         re-created, but take the receipts the broker still sends for what was written."""
@@ -268,9 +277,15 @@ class PartitionProducer:
         metadata fits a frame, taken out and returned in ``rejected``).
         """
         out = Outgoing()
-        if not self.ready:
-            return out
         queue = self.queue
+        if not self.ready or (queue.refused and not queue.releasable):
+            return out  # a refused batch waits for the answers to the batches after it
+        if queue.refused:
+            queue.release()
+        if queue.failed_back or queue.possibly_stored:
+            out.rejected += queue.failed_back
+            out.possibly_stored += queue.possibly_stored
+            queue.failed_back, queue.possibly_stored = [], []
         pending = queue.pending
         limit = max_frame_size - SEND_FRAME_OVERHEAD
         index = queue.in_flight
@@ -304,7 +319,8 @@ class PartitionProducer:
                 queue.numbered(batch, fresh)
             elif batch.send_attempts:
                 if max_attempts and batch.failed_sends >= max_attempts:
-                    out.rejected.append((queue.remove_unsent(index), reasons.RETRIES_EXHAUSTED))
+                    why = reasons.given_up(reasons.RETRIES_EXHAUSTED, batch)
+                    out.rejected.append((queue.remove_unsent(index), why))
                     continue
                 out.resent_messages += batch.count
             batch.receipts = 0  # every chunk goes (again) on this connection
@@ -329,9 +345,9 @@ class PartitionProducer:
         """Remove the in-flight batch a ``SendError`` names."""
         return self.queue.reject(sequence_id)
 
-    def resend_in_halves(self, batch: SealedBatch, halves: list[SealedBatch]) -> bool:
-        """See :meth:`BatchQueue.resend_in_halves`."""
-        return self.queue.resend_in_halves(batch, halves)
+    def refuse(self, batch: SealedBatch, replacement: list[SealedBatch]) -> None:
+        """See :meth:`BatchQueue.refuse`."""
+        self.queue.refuse(batch, replacement)
 
     def expire(self, deadline: float) -> list[SealedBatch]:
         """Remove the batches (oldest first) created before ``deadline``: their send timed out."""

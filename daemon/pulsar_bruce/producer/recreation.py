@@ -70,7 +70,8 @@ class Recreation:
 
         The Java broker answers ``CloseProducer`` once every send already
         written has its receipt or error (``ServerCnx.handleCloseProducer``,
-        ``Producer.close``), and those still count meanwhile.  A broker that
+        ``Producer.close``), and those still count meanwhile: a batch still
+        unanswered then was not taken (``PartitionProducer.on_closed``).  A broker that
         does not answer within ``receipt_timeout_s`` is not trusted with the
         connection any longer.
         """
@@ -93,3 +94,5 @@ class Recreation:
                 f"closing the producer for {self.producer.topic} ({reason}) failed: "
                 f"{exc or 'no answer'}"
             )
+            return
+        self.producer.on_closed()

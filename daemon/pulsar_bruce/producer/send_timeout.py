@@ -72,7 +72,7 @@ class SendTimeout:
         if expired:
             counts = {reasons.SEND_TIMEOUT: 0, reasons.UNCONFIRMED: 0}
             for batch in expired:
-                reason = reasons.given_up(reasons.SEND_TIMEOUT, batch.send_attempts)
+                reason = reasons.given_up(reasons.SEND_TIMEOUT, batch)
                 counts[reason] += batch.count
                 self.listener.batch_discarded(batch, reason)
             log.warning(

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pulsar_bruce.batch.batch_builder import batch_entries_of
+from pulsar_bruce.batch.batch_builder import unframe
 from pulsar_bruce.model.batch import SealedBatch
 
 
@@ -43,8 +43,7 @@ def renumber_above(
     broker's ``last_sequence_id`` is above every id we assigned, each pending batch that has
     ids is given new ones from ``last_sequence_id + 1`` on, in queue order.
 
-    A renumbered batch is framed again at its next send: a batch frame gives its
-    entries back (:func:`batch_entries_of`), a chunked message kept its payload.
+    A renumbered batch is framed again at its next send (:func:`unframe`).
     """
     numbered = [batch for batch in pending if batch.sequence_id >= 0]
     ours = max([next_id - 1, *(b.highest_sequence_id for b in numbered)])
@@ -55,13 +54,11 @@ def renumber_above(
         issued_from = next_id
     possibly_stored = []
     for batch in numbered:
-        if batch.frame and not batch.payload:
-            batch.payload = batch_entries_of(batch)
-        batch.frame = b""
-        batch.frames, batch.receipts = 1, 0
-        if batch.send_attempts or batch.producer_name:
+        unframe(batch)
+        if batch.may_be_stored or batch.producer_name:
             possibly_stored.append(batch)
+            batch.stored_before = True
+        batch.renumbered()  # new ids: never written under them
         batch.sequence_id = next_id
-        batch.producer_name, batch.send_attempts = "", 0  # new ids: never written under them
         next_id += batch.count
     return next_id, issued_from, Renumbered(ours, last_sequence_id, len(numbered), possibly_stored)

@@ -47,5 +47,6 @@ def halves_for_topic_limit(batch: SealedBatch) -> tuple[int, list[SealedBatch]]:
         journal=batch.journal,
         replaces=batch.replaces,
     )
+    whole.inherit(batch)  # an earlier write may be stored: its halves' -1:-1 is our copy
     first, rest = split_batch(whole)
     return limit, [first, rest]

@@ -276,8 +276,11 @@ class Intake:
         if spooled.producer_name and spooled.sequence_id >= 0:
             # Sent before: offer its producer name and sequence ids again (see queue_sealed).
             batch.sequence_id, batch.producer_name = spooled.sequence_id, spooled.producer_name
+        # Sent before, or refused after a write that may be stored (a name without ids):
+        # new ids cannot be dropped as duplicates of that copy.
+        batch.stored_before = bool(spooled.producer_name) and spooled.sequence_id < 0
         self.ledger.readmit(spooled.count, charge)
-        if spooled.sequence_id >= 0:  # it had been sent: the broker may have it already
+        if spooled.sequence_id >= 0 or batch.stored_before:  # the broker may have it already
             self.ledger.possible_duplicate(spooled.count)
         if topic.producers:
             self.appender.queue_sealed(topic, spooled.partition, batch)

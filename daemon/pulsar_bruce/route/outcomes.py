@@ -129,7 +129,7 @@ class Outcomes:
         for topic in topics:
             for producer in [*topic.owned_producers(), *topic.sequenced]:
                 for batch in producer.take_all():
-                    self.discarded(topic, batch, reasons.given_up(reason, batch.send_attempts))
+                    self.discarded(topic, batch, reasons.given_up(reason, batch))
                     total += batch.count
             total += self.discard_waiting(topic, reason)
         return total

@@ -195,6 +195,20 @@ class Journal:
             self._record_settled()
         self._write()
 
+    def refused(self, producer: PartitionProducer, batch: SealedBatch) -> None:
+        """The broker refused ``batch`` while later batches may be stored: a replay takes new
+        ids (the record's id -1; the producer name kept when an earlier write of it may be
+        stored, so the replay counts as a possible duplicate).  Written at once: a crash
+        before the next write would replay it under ids the broker takes for duplicates."""
+        entry = batch.journal
+        if self.stopped is not None or entry is None or entry.numbered < 0:
+            return
+        where = self._where.get(producer.producer_id, (producer.topic.encode(), 0))
+        name = entry.sent_as if batch.may_be_stored else ""
+        self._out.append(jr.number(entry.item, -1, where[1], name))
+        entry.numbered, entry.sent_as = -1, name
+        self._write()
+
     def settled(self, batch: SealedBatch) -> None:
         """``batch`` was acked or discarded: recorded at the next write."""
         if batch.journal is not None:

@@ -53,6 +53,9 @@ class JournalStage(Protocol):
     def sent(self, producer: PartitionProducer, batches: list[SealedBatch]) -> None:
         """Write the sequence ids ``batches`` go under, before they are written."""
 
+    def refused(self, producer: PartitionProducer, batch: SealedBatch) -> None:
+        """Write that ``batch`` no longer holds its ids (the broker refused it)."""
+
     def settled(self, batch: SealedBatch) -> None:
         """``batch`` was acked or discarded."""
 

@@ -1,12 +1,12 @@
-"""One partition producer, its write-ahead journal and a broker with deduplication, sans-IO.
+"""One partition producer, its write-ahead journal and a broker as adversarial as the real one.
 
 What the id-lifecycle tests (``test_id_lifecycle.py``, ``test_id_machine.py``) drive:
 the real :class:`PartitionProducer`, :class:`Journal`, ``Appender.queue_sealed`` and
-the driver's answer table (:class:`BrokerAnswers`), with the broker's side modelled
-on pulsar-broker's ``PersistentTopic.publishMessage`` (topic size check, then
-``MessageDeduplication.isDuplicate``: ``tests/support/fake_dedup.py``).  Every
-message is a distinct value, so what the broker stored and what the daemon
-counted can be compared message by message.
+the driver's answer table (:class:`BrokerAnswers`), against ``broker_model.py``'s
+broker (pulsar-broker's ``PersistentTopic.publishMessage``, ``MessageDeduplication``
+and a bookie that persists in order, late, or not at all).  Every message is a
+distinct value, so what the broker stored and what the daemon counted can be
+compared message by message.  Sans-IO: no time passes unless a step says so.
 """
 
 from __future__ import annotations
@@ -16,37 +16,29 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from pulsar_bruce import reasons
 from pulsar_bruce.batch.batch_builder import batch_entries_of
-from pulsar_bruce.batch.compression import decompress
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
-from pulsar_bruce.frame.codec import DEFAULT_MAX_MESSAGE_SIZE, Frame, FrameDecoder
+from pulsar_bruce.frame.codec import DEFAULT_MAX_MESSAGE_SIZE, FrameDecoder
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.producer.answers import BrokerAnswers
-from pulsar_bruce.producer.faults import NOT_STORED, count_failure
+from pulsar_bruce.producer.faults import count_failure
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
-from pulsar_bruce.producer.topic_size import TOPIC_SIZE_TEXT
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.router import Topic
 from pulsar_bruce.spool.journal import Journal
 
-from tests.support.fake_dedup import Deduplication, DupStatus, Publish
+from tests.unit.daemon.producer.broker_model import NAME, PRODUCER_ID, TOPIC, Broker
 from tests.unit.daemon.spool.test_journal import values_of as values_in
 
-TOPIC = "persistent://public/default/ids"
-NAME = "edge-host-1"
-PRODUCER_ID = 3
+__all__ = ["NAME", "PRODUCER_ID", "TOPIC", "Broker", "Outcomes", "Process", "new_directory"]
+
+#: When a batch is sealed, and the deadline a send timeout gives up what is older (seconds).
+SEALED_AT, TIMED_OUT_AT = 1.0, 2.0
 
 
 def values_of(batch: SealedBatch) -> list[bytes]:
     return values_in(batch.payload if batch.payload or not batch.frame else batch_entries_of(batch))
-
-
-def send_error(sequence_id: int, error: int, message: str) -> pb.BaseCommand:
-    """A ``SendError`` as the Java broker writes it (naming the batch's highest id)."""
-    failed = pb.CommandSendError(
-        producer_id=PRODUCER_ID, sequence_id=sequence_id, error=error, message=message
-    )
-    return pb.BaseCommand(type=pb.BaseCommand.SEND_ERROR, send_error=failed)
 
 
 class Outcomes:
@@ -57,6 +49,12 @@ class Outcomes:
         self.discarded: Counter[bytes] = Counter()
         #: Messages reported as possibly stored twice (``possible_duplicate`` evidence).
         self.possibly_twice: Counter[bytes] = Counter()
+        #: The reason each discarded message was given.
+        self.reason: dict[bytes, str] = {}
+        #: Discarded as ``unconfirmed`` ("may be stored") when every write of it was refused.
+        self.certainly_unstored: list[bytes] = []
+        #: The broker, to tell what the daemon can know (see ``Broker.may_be_stored``).
+        self.broker: Broker | None = None
         self.journal: Journal | None = None
 
     def batches_sent(self, batches: list[SealedBatch], resent_messages: int) -> None:
@@ -74,8 +72,20 @@ class Outcomes:
         self.batch_acked(batch, 0.0)
 
     def batch_discarded(self, batch: SealedBatch, reason: str) -> None:
-        self.discarded.update(values_of(batch))
+        values = values_of(batch)
+        self.discarded.update(values)
+        for value in values:
+            self.reason[value] = reason
+        if reason == reasons.UNCONFIRMED and self.broker is not None:
+            self.certainly_unstored += [v for v in values if not self.broker.may_be_stored(v)]
         self._settle(batch)
+
+    def replayed(self, values: list[bytes]) -> None:
+        """A crash came before the journal recorded that these were discarded: the new run
+        decides about them again (the dead run's count dies with it)."""
+        for value in values:
+            if self.reason.pop(value, None) is not None:
+                del self.discarded[value]
 
     def producer_name_conflict(self, broker_topic: str, name: str) -> None:
         raise AssertionError("no other producer holds the name")
@@ -85,96 +95,39 @@ class Outcomes:
             self.journal.settled(batch)
 
 
-class Broker:
-    """The broker's side: deduplication per producer name, what it stored, the topic's limit."""
-
-    def __init__(self) -> None:
-        self.dedup = Deduplication()
-        self.stored: Counter[bytes] = Counter()
-        #: (sequence id, highest sequence id) of every Send stored, in order.
-        self.stored_ids: list[tuple[int, int]] = []
-        #: The sequence id each message was stored under (its entry's own).
-        self.id_of: dict[bytes, int] = {}
-        #: Sends written and not yet processed, in order.
-        self.queue: list[Frame] = []
-        #: The topic's own max message size (``PersistentTopic.isExceedMaximumMessageSize``).
-        self.topic_limit = 1 << 30
-        self._entry = 0
-
-    def last_sequence_id(self) -> int:
-        return self.dedup.last_sequence_id(TOPIC, NAME)
-
-    def someone_else_wrote(self, ids: int) -> None:
-        """Another process produced ``ids`` messages under our name (two daemons, one name)."""
-        top = self.last_sequence_id() + ids
-        self.dedup.written(Publish(TOPIC, NAME, top, top))
-
-    def fail(self) -> list[pb.BaseCommand]:
-        """A write fails (``PersistentTopic.addFailed``): the topic is fenced so nothing is
-        persisted out of order, every Send written fails, and once they have, the ids
-        pushed but not persisted are forgotten (``resetHighestSequenceIdPushed``)."""
-        answers = []
-        for frame in self.queue:
-            send = frame.command.send
-            highest = max(send.sequence_id, send.highest_sequence_id)
-            answers.append(send_error(highest, pb.PersistenceError, "topic fenced"))
-        self.queue.clear()
-        self.dedup.reset_pushed()
-        return answers
-
-    def process(self) -> pb.BaseCommand:
-        """Judge and (maybe) store the oldest Send written; the answer the client gets."""
-        frame = self.queue.pop(0)
-        send = frame.command.send
-        highest = max(send.sequence_id, send.highest_sequence_id)
-        if len(frame.payload) > self.topic_limit:
-            return send_error(highest, pb.NotAllowedError, TOPIC_SIZE_TEXT)
-        status = self.dedup.is_duplicate(Publish.of(TOPIC, NAME, frame))
-        if status is DupStatus.UNKNOWN:
-            return send_error(highest, pb.PersistenceError, "duplicate status unknown")
-        ledger = entry = NOT_STORED
-        if status is DupStatus.NOT_DUP:
-            self.dedup.persisted(Publish.of(TOPIC, NAME, frame))
-            assert frame.metadata is not None
-            md = frame.metadata
-            raw = decompress(md.compression, frame.payload, md.uncompressed_size)
-            values = values_in(raw)
-            self.stored.update(values)
-            for offset, stored in enumerate(values):
-                self.id_of[stored] = send.sequence_id + offset
-            self.stored_ids.append((send.sequence_id, send.highest_sequence_id))
-            self._entry += 1
-            ledger, entry = 1, self._entry
-        return pb.BaseCommand(type=pb.BaseCommand.SEND_RECEIPT, send_receipt=pb.CommandSendReceipt(
-            producer_id=PRODUCER_ID, sequence_id=send.sequence_id,
-            highest_sequence_id=send.highest_sequence_id,
-            message_id=pb.MessageIdData(ledgerId=ledger, entryId=entry)))  # fmt: skip
-
-
 class Process(BrokerAnswers):
     """One run of the daemon for one partition: producer, journal, answer table; no I/O."""
 
-    def __init__(self, directory: Path, outcomes: Outcomes, broker: Broker) -> None:
+    def __init__(
+        self, directory: Path, outcomes: Outcomes, broker: Broker, max_attempts: int = 0
+    ) -> None:
         self.outcomes = self.listener = outcomes
-        self.broker = broker
+        self.broker = outcomes.broker = broker
         self.topic_batch_limit = 1 << 62
         self.clock = lambda: 0.0  # no time passes: every batch is "sent" at 0.0
         self._unstored_logged = set()
         self.journal = Journal(directory, "never")
         self.recovered = self.journal.open()
         outcomes.journal = self.journal
-        self.producer = PartitionProducer(TOPIC, 0, PRODUCER_ID, BatchPolicy())
+        self.producer = PartitionProducer(broker.topic, 0, PRODUCER_ID, BatchPolicy())
         self.producer.name, self.producer.name_is_ours = NAME, True
-        self.journal.producer_added(self.producer, TOPIC, 0)
-        self.topic = Topic(TOPIC)
+        self.journal.producer_added(self.producer, broker.topic, 0)
+        self.topic = Topic(broker.topic)
         self.topic.attach([self.producer])
-        self.connected = False
+        #: Registered and writing; or being closed on the broker to be re-created.
+        self.connected = self.closing = False
         #: The broker's max message size (a batch over it is split before it is sent).
         self.max_frame = DEFAULT_MAX_MESSAGE_SIZE
+        #: ``--max-send-attempts`` (0: no limit).
+        self.max_attempts = max_attempts
         for spooled in self.recovered.batches:  # as Intake.replay_batch does
+            outcomes.replayed(values_in(spooled.entries))
             batch = SealedBatch(spooled.count, spooled.entries, len(spooled.entries))
             if spooled.producer_name and spooled.sequence_id >= 0:
                 batch.sequence_id, batch.producer_name = spooled.sequence_id, spooled.producer_name
+            elif spooled.producer_name:  # refused after a write that may be stored
+                batch.stored_before = True
+                outcomes.batches_possibly_stored([batch])
             Appender(self).queue_sealed(self.topic, spooled.partition, batch)
         self.journal.drop_previous()
 
@@ -206,33 +159,56 @@ class Process(BrokerAnswers):
 
     def flush(self) -> None:
         producer = self.producer
+        for batch in producer.pending:  # as SendTimeout.stamp does
+            batch.created_at = batch.created_at or SEALED_AT
         if not self.connected or not producer.has_unsent:
             return
         self.journal.sync_producer(producer)
-        out = producer.frames_to_send(1, self.max_frame)
+        out = producer.frames_to_send(1, self.max_frame, self.max_attempts)
+        if out.possibly_stored:
+            self.outcomes.batches_possibly_stored(out.possibly_stored)
         for batch, reason in out.rejected:
             self.listener.batch_discarded(batch, reason)
         self.journal.sent(producer, out.batches)
         decoder = FrameDecoder()
         for frame in out.frames:
-            self.broker.queue.extend(decoder.feed(frame))
+            for send in decoder.feed(frame):
+                self.broker.write(send)
         producer.check()
 
     def _recreate(self, reason: str, failed: SealedBatch | None = None) -> None:
-        """Re-created on its connection: the broker answers what was written first."""
+        """Closed on its connection, to be re-created (:meth:`reconnect`)."""
         count_failure(failed)
         if self.connected:
             self.producer.pause()
-            self.connected = False
+            self.connected, self.closing = False, True
+
+    def _ride_out(self, reason: str) -> None:
+        self._recreate(reason)
 
     def answer(self) -> None:
-        """The broker processes the oldest Send written; the daemon reads its answer."""
-        self._read(self.broker.process())
+        """The broker judges the oldest Send written; the daemon reads what it answered."""
+        self.broker.process()
+        self.read_all()
+
+    def read(self, answers: int) -> None:
+        """The daemon reads up to ``answers`` answers."""
+        for _ in range(min(answers, len(self.broker.answers))):
+            self._read(self.broker.read())
+
+    def read_all(self) -> None:
+        while self.broker.answers:
+            self._read(self.broker.read())
 
     def fail_writes(self) -> None:
-        """The broker fails every Send written (a failed write fences the topic)."""
-        for command in self.broker.fail():
-            self._read(command)
+        """The broker fails every Send written and every write pending (a fenced topic)."""
+        broker = self.broker
+        while broker.queue:
+            broker.corrupt_next = False
+            written = broker.queue.pop(0)
+            broker.bookie.append(written)  # failed with the writes before it
+        broker.fail_bookie()
+        self.read_all()
 
     def _read(self, command: pb.BaseCommand) -> None:
         if command.type == pb.BaseCommand.SEND_RECEIPT:
@@ -242,47 +218,76 @@ class Process(BrokerAnswers):
         self.producer.check()
 
     def drop_connection(self, processed: int) -> None:
-        """The connection is lost: the broker processed ``processed`` more Sends (their
-        answers lost with it) and never saw the rest."""
-        for _ in range(min(processed, len(self.broker.queue))):
-            self.broker.process()
-        self.broker.queue.clear()
+        """The connection is lost: the broker judged ``processed`` more Sends (their answers
+        lost with it) and never saw the rest."""
+        for command in self.broker.judge_before_drop(processed):
+            self._read(command)
+        self.broker.drop_connection()
+        self.connected = self.closing = False
         self.producer.on_disconnected()
-        self.connected = False
 
     def reconnect(self) -> None:
-        """After a re-creation: the broker answered everything written before it answered
-        CloseProducer; then the producer registers again."""
-        while self.broker.queue:
-            self.answer()
+        """Register again.  After a re-creation the broker answers CloseProducer once every
+        write of the connection is complete (the daemon reads every answer before it); a
+        bookie that holds one makes the close time out, and the connection is aborted."""
+        if self.closing:
+            if self.broker.close_producer():
+                self.read_all()
+                self.producer.on_closed()
+                self.closing = False
+            else:
+                self.drop_connection(processed=0)
         self.producer.on_disconnected()
         self.connect()
+
+    def time_out(self) -> None:
+        """``--send-timeout-s`` passes for every batch sealed so far (``SendTimeout._expire``)."""
+        self.flush()  # stamps what was queued (a replay too), as the driver's flush does
+        for batch in self.producer.expire(TIMED_OUT_AT):
+            reason = reasons.given_up(reasons.SEND_TIMEOUT, batch)
+            self.listener.batch_discarded(batch, reason)
+
+    def shut_down(self) -> None:
+        """Shutdown without a spool: what is left is given up (``Outcomes`` in the route layer),
+        and the connection goes."""
+        self.seal()  # Pipeline.seal_all: journalled as sealed before it is given up
+        for batch in self.producer.take_all():
+            self.listener.batch_discarded(batch, reasons.given_up(reasons.SHUTDOWN, batch))
+        self.journal.sync()
+        self.journal.tick()  # a clean stop records what settled
+        self.drop_connection(processed=0)
 
     def crash(self) -> Process:
         """A second passes (the journal records what settled), then the process is killed
         (its connection's unprocessed Sends are lost); the next run starts from its journal."""
         self.journal.tick()
         self.kill()
-        return Process(self.journal.directory, self.outcomes, self.broker)
+        return Process(self.journal.directory, self.outcomes, self.broker, self.max_attempts)
 
     def kill(self) -> None:
         """The process dies: its connection is gone, its journal's file closed as it was."""
         self.drop_connection(processed=0)
+        self.broker.refused.clear()  # the refusals it read die with it (the journal has none)
         fd = self.journal.files._fd  # what the kernel closes for a killed process
         if fd >= 0:
             os.close(fd)
             self.journal.files._fd = -1
 
     def settle_all(self, rounds: int = 200) -> None:
-        """Connect and answer until nothing is left to send (each round: every answer)."""
+        """The bookie recovers; connect and answer until nothing is left to send."""
+        broker = self.broker
         for _ in range(rounds):
+            broker.persist(len(broker.bookie))
             if not self.connected:
                 self.reconnect()
-            while self.broker.queue:
-                self.answer()
+            while broker.queue or broker.answers:
+                if broker.queue:
+                    broker.process()
+                broker.persist(len(broker.bookie))
+                self.read_all()
             self.producer.seal()
             self.flush()
-            if not self.producer.pending and not self.broker.queue and self.connected:
+            if not self.producer.pending and not broker.queue and self.connected:
                 return
         raise AssertionError(f"not settled: {len(self.producer.pending)} batches pending")
 

@@ -231,7 +231,8 @@ def test_a_mismatched_receipt_counts_against_the_batch() -> None:
         connection = rig.pool.connection
         connection.receipt(PRODUCER_ID, 5)  # matches nothing: the producer is re-created
         await until(lambda: rig.listener.discarded, "the batch to be given up")
-        assert rig.listener.discarded_for(reasons.RETRIES_EXHAUSTED)
+        # its one write was never answered: it may be stored, so not counted as lost
+        assert rig.listener.discarded_for(reasons.UNCONFIRMED)
         assert len(connection.sends) == 1
 
     run_connected(body, delivery=ONE_TRY)

@@ -207,7 +207,9 @@ def test_a_checksum_error_discards_the_batch_only_if_our_copy_is_corrupt() -> No
         rig.seal(1)
         rig.pool.connection.send_error(PRODUCER_ID, 0, pb.ChecksumError)
         assert rig.listener.discarded == []  # intact here: corrupted on the way, resend
-        assert await resent_after_recreation(rig, 1, 1) == [(0, 1)]
+        # nothing written after it: it goes again at once, on the same producer
+        assert sent_ids(rig) == [(0, 1), (0, 1)]
+        assert rig.producer.pending[0].failed_sends == 1
         head = rig.producer.pending[0]
         head.frame = head.frame[:-3] + b"\xff\xff\xff"  # our copy goes bad
         rig.pool.connection.send_error(PRODUCER_ID, 0, pb.ChecksumError)

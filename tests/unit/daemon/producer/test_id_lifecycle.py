@@ -38,7 +38,8 @@ def test_a_split_batch_replayed_after_a_crash_goes_in_id_order(tmp_path: Path) -
     first.seal()
     first.max_frame = 1024 + 5000  # 40 messages do not fit a frame: halves of 20
     first.connect()
-    assert [(f.command.send.sequence_id, f.command.send.num_messages) for f in broker.queue] == [
+    sends = [w.frame.command.send for w in broker.queue]
+    assert [(send.sequence_id, send.num_messages) for send in sends] == [
         (0, 20), (20, 20), (40, 5)]  # fmt: skip
     first.crash().settle_all()
     stored_once(outcomes, broker, 45)

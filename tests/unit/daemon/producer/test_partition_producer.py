@@ -509,6 +509,7 @@ def test_a_batch_the_broker_failed_max_attempts_times_is_given_up() -> None:
     for _ in range(2):
         assert len(producer.frames_to_send(PUBLISH_TIME, max_attempts=2).frames) == 1
         producer.pending[0].failed_sends += 1  # the driver's count_failure
+        producer.pending[0].refused_writes += 1  # a SendError answered the write
         producer.on_disconnected()
         producer.on_registered("p-1", -1)
     out = producer.frames_to_send(PUBLISH_TIME, max_attempts=2)

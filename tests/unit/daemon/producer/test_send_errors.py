@@ -344,16 +344,18 @@ def test_a_transient_send_error_recreates_only_that_producer() -> None:
         wire.release()
         await until(lambda: len(wire.of(_T.PRODUCER, 1)) == 2, "a to be re-created")
         await until(lambda: len(wire.sent_ids(1)) == 4, "a's resend")
-        assert wire.sent_ids(1) == [0, 2, 0, 4]  # the failed batch again, then the new one
+        # The failed batch again, then the new one; under new ids, since the broker stored
+        # 2..3 after it and would take 0..1 for duplicates (issue 36, point 2).
+        assert wire.sent_ids(1) == [0, 2, 4, 6]
         first, again = wire.of(_T.PRODUCER, 1)
         assert (again.producer.producer_name, again.producer.epoch) == ("edge-1", 1)
         assert again.producer.request_id != first.producer.request_id
-        assert a_out.resent_messages == 2
-        wire.receipt(1, 0, 1)
-        wire.receipt(1, 4, 4)
+        assert a_out.resent_messages == 0  # refused when first written: nothing resent
+        wire.receipt(1, 4, 5)
+        wire.receipt(1, 6, 6)
         wire.receipt(2, 0, 2)
         await until(lambda: len(a_out.acked) == 3 and b_out.acked, "every receipt")
-        assert ids(a_out.acked) == [(2, 3), (0, 1), (4, 4)]
+        assert ids(a_out.acked) == [(2, 3), (4, 5), (6, 6)]
         assert a_out.discarded == []
         # b: written once, never re-created, nothing resent; the connection stayed up.
         assert wire.kinds(2) == ["PRODUCER", "SEND"]

@@ -1,0 +1,120 @@
+"""Batches the broker refused while it went on storing the ones written after them. Sans-IO.
+
+The broker refuses some Sends before deduplication records them (a
+``ChecksumError``, the topic's size limit, ``MessageDupUnknownException``, a
+write failed while the topic is fenced) and goes on storing the batches written
+after them (a topic is un-fenced once its pending writes are done).  It would
+then take the refused batch's lower ids for duplicates of those: resent under
+them, it is answered -1:-1 and never stored.  The Java client resends it so
+(``ProducerImpl.recoverChecksumError``, ``resendMessages``) and loses it.
+
+So a refused batch waits in its place (:meth:`Refusals.refuse`) until every
+batch written after it is answered: the broker answers a producer's Sends in
+order, and ``CloseProducer`` only once each has its answer.  Then
+(:meth:`Refusals.release`) it goes again under its ids (or in halves, for the
+size limit) when no id above it may be stored; otherwise our own name's batch
+takes new ids (a possible duplicate only where an earlier write of it may be
+stored), and a sender's, whose ids are its own, goes back to the sender.  A
+batch lost unanswered with its connection may be stored.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from pulsar_bruce import reasons
+from pulsar_bruce.batch.batch_builder import unframe
+from pulsar_bruce.model.batch import SealedBatch
+
+
+class Refusals:
+    """The refusal rules of :class:`~.batch_queue.BatchQueue` (its base): refused batches
+    are those in its queue with a ``replacement``."""
+
+    _pending: deque[SealedBatch]
+    _in_flight: int
+    sender: str | None
+
+    def __init__(self) -> None:
+        #: Refused batches waiting in the queue, and the highest id that may be stored among
+        #: the batches answered (or lost unanswered) since the first of them was refused.
+        self._refused = 0
+        self._stored_top = -1
+        #: What :meth:`release` decided, for the producer to report at its next write: a
+        #: sender's refused batches with the reason, and batches renumbered that an earlier
+        #: write may have stored.
+        self.failed_back: list[tuple[SealedBatch, str]] = []
+        self.possibly_stored: list[SealedBatch] = []
+
+    def in_flight_batch(self, sequence_id: int) -> SealedBatch | None:
+        raise NotImplementedError
+
+    @property
+    def refused(self) -> int:
+        return self._refused
+
+    @property
+    def releasable(self) -> bool:
+        """Every batch in flight is a refused one (the rest are answered)."""
+        pending = self._pending
+        return all(pending[i].replacement is not None for i in range(self._in_flight))
+
+    def refuse(self, batch: SealedBatch, replacement: list[SealedBatch]) -> None:
+        """The broker refused the in-flight ``batch`` before deduplication saw it: it waits in
+        place until the batches written after it are answered (:meth:`release`), then
+        ``replacement`` (itself, or its halves, each message under its id) goes in its place."""
+        assert batch.replacement is None and self.in_flight_batch(batch.sequence_id) is batch
+        batch.replacement = replacement
+        self._refused += 1
+
+    def release(self) -> None:
+        """Every batch written after the refused ones is answered (or lost unanswered): a
+        refused batch keeps its ids when no id above it may be stored; otherwise our own
+        name's go under new ids at the end of the queue, and a sender's go back to it."""
+        pending, top = self._pending, self._stored_top
+        index, renumbered = 0, []
+        while index < len(pending) and self._refused:
+            batch = pending[index]
+            if batch.replacement is None:
+                index += 1
+                continue
+            parts, batch.replacement = batch.replacement, None
+            self._refused -= 1
+            del pending[index]
+            if batch.sequence_id > top:
+                for part in reversed(parts):
+                    pending.insert(index, part)
+                index += len(parts)
+            elif self.sender is None:
+                for part in parts:
+                    if part.may_be_stored:
+                        self.possibly_stored.append(part)
+                    unframe(part)
+                    part.renumbered()
+                renumbered += parts
+            else:
+                why = reasons.BROKER_REJECTED if parts == [batch] else reasons.TOO_LARGE
+                self.failed_back.append((batch, reasons.given_up(why, batch)))
+        at = len(pending)  # after the last numbered batch: before the new ones, in order
+        while at > 0 and pending[at - 1].sequence_id < 0:
+            at -= 1
+        for part in reversed(renumbered):
+            pending.insert(at, part)
+        self._in_flight, self._stored_top = 0, -1
+
+    def _acked(self, index: int) -> SealedBatch:
+        """A receipt took ``pending[index]``: while a refused batch waits, its ids may be stored
+        (a receipt for -1:-1 says the broker has them too)."""
+        batch = self._remove_in_flight(index)
+        if self._refused:
+            self._stored_top = max(self._stored_top, batch.highest_sequence_id)
+        return batch
+
+    def _unanswered_may_be_stored(self) -> None:
+        pending = self._pending
+        for index in range(self._in_flight):
+            if pending[index].replacement is None:
+                self._stored_top = max(self._stored_top, pending[index].highest_sequence_id)
+
+    def _remove_in_flight(self, index: int) -> SealedBatch:
+        raise NotImplementedError
