@@ -208,6 +208,11 @@ def test_makefile_builds(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "to_pulsar_send").is_file()
     assert (tmp_path / "libto_pulsar.a").is_file()
+    # Built in the checkout (plain `make` there), each file it makes is ignored by git.
+    if shutil.which("git") is not None and (ROOT / ".git").exists():
+        for built in sorted(path.name for path in tmp_path.iterdir()):
+            ignored = run("git", "-C", ROOT, "check-ignore", "-q", f"examples/c/{built}")
+            assert ignored.returncode == 0, f"examples/c/{built} is not in .gitignore"
 
 
 def test_encoder_matches_python(build: Build) -> None:
