@@ -17,15 +17,16 @@ import logging
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from pulsar_bruce import reasons
 from pulsar_bruce.config import TOPIC_OPTIONS, Config, ConfigError
 from pulsar_bruce.input.unix_sockets import open_unix_socket
 from pulsar_bruce.metrics.http import MetricsServer
 from pulsar_bruce.metrics.registry import Metrics, SpoolGauges
-from pulsar_bruce.metrics.reject_log import RejectLog
+from pulsar_bruce.metrics.reject_log import RateLimitLog, RejectLog
 from pulsar_bruce.metrics.status import status_document
 from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.pipeline.flow import Pipeline
@@ -279,13 +280,40 @@ class Server:
         )
 
     async def _log_rejects_periodically(self) -> None:
-        """Senders' mistakes, told from here, never per message (``metrics/reject_log.py``)."""
+        """Senders' mistakes and rate-limited topics, told from here, never per message
+        (``metrics/reject_log.py``)."""
         rejects = RejectLog(time.monotonic(), self.ledger.discarded)
+        limited = RateLimitLog(time.monotonic(), self._rate_limited())
         while True:
             await asyncio.sleep(_REJECT_CHECK_S)
             now, samples = time.monotonic(), self.pipeline.outcomes.recent_rejects
             for line in rejects.lines(now, self.ledger.discarded, samples):
                 log.warning("%s", line)
+            if self.ledger.discarded.get(reasons.RATE_LIMITED):
+                counts = self._rate_limited()
+                for line in limited.lines(now, counts, self._rate_limits(counts)):
+                    log.warning("%s", line)
+
+    def _rate_limited(self) -> dict[str, int]:
+        """Each topic's rate_limited count, of the topics that have one."""
+        counts = {}
+        for topic in self.pipeline.topics.registry:
+            count = topic.stats.discarded.get(reasons.RATE_LIMITED)
+            if count:
+                counts[topic.name] = count
+        return counts
+
+    def _rate_limits(self, topics: Iterable[str]) -> dict[str, str]:
+        """The rate limit of each of ``topics``, in words."""
+        limits = {}
+        for name in topics:
+            settings = self.pipeline.topic_settings.settings.get(name)
+            if settings is not None and settings.rate_limit_messages:
+                limits[name] = (
+                    f"rate_limit_messages {settings.rate_limit_messages} per "
+                    f"rate_limit_interval_s {settings.rate_limit_interval_s:g}"
+                )
+        return limits
 
     async def _notify_periodically(self) -> None:
         """STATUS= every few seconds; WATCHDOG=1 pings from the event loop itself."""
