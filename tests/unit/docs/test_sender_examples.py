@@ -1,6 +1,7 @@
-"""The README's and sending.md's shell examples, run as written in a checkout where
-`make run` is up: they reach the daemon's socket ``./run/bruce.sock``, not the systemd
-default ``/run/pulsar-bruce/bruce.sock`` (which a new user next to ``make run`` lacks)."""
+"""The senders' examples find the daemon ``make run`` started: the README's and
+sending.md's shell examples, run as written in a checkout where it is up, reach its socket
+``./run/bruce.sock``, not the systemd default ``/run/pulsar-bruce/bruce.sock`` (which a
+new user next to ``make run`` lacks); spark.md's examples name its stream socket."""
 
 from __future__ import annotations
 
@@ -41,3 +42,18 @@ def test_the_shell_example_reaches_make_runs_socket(page: str, sock_path: Path) 
         assert result.returncode == 0, result.stderr
         datagram = receiver.recv(65536)
     assert b"clicks" in datagram and datagram.endswith(b'{"user":42}')
+
+
+def test_the_spark_examples_name_make_runs_stream_socket() -> None:
+    """Copied next to ``make run``, spark.md's first examples write to its daemon (without
+    the option they looked for /run/pulsar-bruce/bruce.stream.sock and failed)."""
+    formats = block("docs/spark.md", "python", 'write.format("to_pulsar")\n')
+    chains = formats.split("\n\n")
+    assert [c for c in chains if 'format("to_pulsar")' in c]  # batch and stream
+    for chain in chains:
+        if 'format("to_pulsar")' in chain:
+            assert '.option("socket", "./run/bruce.stream.sock")' in chain, chain
+    written = block("docs/spark.md", "python", "summary = to_pulsar.spark.write(\n")
+    assert 'socket="./run/bruce.stream.sock"' in written
+    readme = block("README.md", "python", "to_pulsar.spark.write(")
+    assert 'socket="./run/bruce.stream.sock"' in readme
