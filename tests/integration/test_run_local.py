@@ -250,6 +250,35 @@ def test_the_broker_stops_and_starts_again_while_the_daemon_rides_it_out(running
     assert running.process.wait(60) == 0
 
 
+@pytest.mark.apache
+def test_on_apache_pulsar_the_broker_stops_and_starts_again_too(tmp_path: Path) -> None:
+    """``make broker-stop`` / ``broker-start`` with ``make run PULSAR=apache``: the JVM
+    stops, starts again on the same port and data, and what was sent meanwhile arrives."""
+    run = launch(tmp_path, *two_free_ports(), "--broker", "apache", "--web-port",
+                 str(free_port()))  # fmt: skip
+    try:
+        wait_for(
+            lambda: "Ctrl-C stops it." in run.out.read_text() or run.process.poll() is not None,
+            180,
+            "run_local --broker apache to start",
+        )
+        assert run.process.poll() is None, run.err.read_text()
+        assert switch(run, "stop").returncode == 0
+        assert not run_local.accepts(run.broker_port) and run.process.poll() is None
+        subprocess.run(run.hint("send"), check=True, env=env(), timeout=30)
+        assert switch(run, "start").returncode == 0
+        wait_for(lambda: "pulsar_bruce_acked_total 1.0" in scrape(run), 120, "the message acked")
+        done = subprocess.run(run.hint("read"), capture_output=True, text=True, env=env(),
+                              timeout=60)  # fmt: skip
+        assert (done.returncode, done.stdout) == (0, "key=k1 value=hello\n")
+        run.process.send_signal(signal.SIGTERM)
+        assert run.process.wait(90) == 0
+    finally:
+        if run.process.poll() is None:
+            run.process.kill()  # its children get SIGTERM from the kernel
+        run.process.wait(90)
+
+
 def test_broker_stop_without_a_running_copy_says_so_in_one_line(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "broker", "stop", "--run", str(tmp_path)],
