@@ -48,7 +48,10 @@ def switch_broker(action: str, args: argparse.Namespace) -> int:
     path = Path(args.run) / STATE
     try:
         state = json.loads(path.read_text())
-        os.kill(state["pid"], 0)
+        # Alive, and run_local itself: a stale file's pid may be anyone's by now (SIGUSR1
+        # would end it).
+        if b"run_local.py" not in Path(f"/proc/{int(state['pid'])}/cmdline").read_bytes():
+            raise ProcessLookupError
     except (OSError, ValueError, KeyError, TypeError):
         sys.exit(f"run_local: no make run is running with its sockets in {args.run} ({path} "
                  "names none); give BROKER_PORT as for its make run, or --run")  # fmt: skip

@@ -288,6 +288,20 @@ def test_broker_stop_without_a_running_copy_says_so_in_one_line(tmp_path: Path) 
     said = f"run_local: no make run is running with its sockets in {tmp_path}"
     assert done.stderr.startswith(said)
     assert done.stderr.count("\n") == 1
+    # A stale state file whose pid is another process's now: that one is not signalled.
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        state = {"pid": sleeper.pid, "broker": "lite", "broker_up": True}
+        (tmp_path / "run_local.json").write_text(json.dumps(state))
+        done = subprocess.run(
+            [sys.executable, str(SCRIPT), "broker", "stop", "--run", str(tmp_path)],
+            capture_output=True, text=True, env=env(), timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 1 and done.stderr.startswith(said)
+        assert sleeper.poll() is None  # SIGUSR1 would have ended it
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 def test_make_run_passes_the_ports_and_a_second_copy_gets_its_own_directories() -> None:
