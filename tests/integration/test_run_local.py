@@ -98,14 +98,14 @@ def launch(tmp_path: Path, broker_port: int, metrics_port: int, *extra: str) -> 
     return Run(process, out, err, broker_port, metrics_port)
 
 
-@pytest.fixture
-def running(tmp_path: Path) -> Iterator[Run]:
-    """run_local.py, started and serving (its hint printed)."""
-    run = launch(tmp_path, *two_free_ports())
+@contextlib.contextmanager
+def serving(tmp_path: Path, *extra: str, timeout: float = 60) -> Iterator[Run]:
+    """run_local.py, started and serving (its hint printed); killed at the end if need be."""
+    run = launch(tmp_path, *two_free_ports(), *extra)
     try:
         wait_for(
             lambda: "Ctrl-C stops it." in run.out.read_text() or run.process.poll() is not None,
-            60,
+            timeout,
             "run_local to start",
         )
         assert run.process.poll() is None, run.err.read_text()
@@ -113,7 +113,14 @@ def running(tmp_path: Path) -> Iterator[Run]:
     finally:
         if run.process.poll() is None:
             run.process.kill()  # its children get SIGTERM from the kernel
-        run.process.wait(60)
+        run.process.wait(timeout)
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[Run]:
+    """run_local.py, started and serving (its hint printed)."""
+    with serving(tmp_path) as run:
+        yield run
 
 
 def children(run: Run) -> tuple[int, int]:
@@ -254,15 +261,8 @@ def test_the_broker_stops_and_starts_again_while_the_daemon_rides_it_out(running
 def test_on_apache_pulsar_the_broker_stops_and_starts_again_too(tmp_path: Path) -> None:
     """``make broker-stop`` / ``broker-start`` with ``make run PULSAR=apache``: the JVM
     stops, starts again on the same port and data, and what was sent meanwhile arrives."""
-    run = launch(tmp_path, *two_free_ports(), "--broker", "apache", "--web-port",
-                 str(free_port()))  # fmt: skip
-    try:
-        wait_for(
-            lambda: "Ctrl-C stops it." in run.out.read_text() or run.process.poll() is not None,
-            180,
-            "run_local --broker apache to start",
-        )
-        assert run.process.poll() is None, run.err.read_text()
+    apache = ("--broker", "apache", "--web-port", str(free_port()))
+    with serving(tmp_path, *apache, timeout=180) as run:
         assert switch(run, "stop").returncode == 0
         assert not run_local.accepts(run.broker_port) and run.process.poll() is None
         subprocess.run(run.hint("send"), check=True, env=env(), timeout=30)
@@ -273,10 +273,6 @@ def test_on_apache_pulsar_the_broker_stops_and_starts_again_too(tmp_path: Path) 
         assert (done.returncode, done.stdout) == (0, "key=k1 value=hello\n")
         run.process.send_signal(signal.SIGTERM)
         assert run.process.wait(90) == 0
-    finally:
-        if run.process.poll() is None:
-            run.process.kill()  # its children get SIGTERM from the kernel
-        run.process.wait(90)
 
 
 def test_broker_stop_without_a_running_copy_says_so_in_one_line(tmp_path: Path) -> None:
