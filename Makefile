@@ -8,7 +8,7 @@ PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 RUN_STAMP := $(VENV)/.run-stamp
 STAMP     := $(VENV)/.test-stamp
 
-.PHONY: help run test unit lint proto bench clean apache-classpath
+.PHONY: help run broker-stop broker-start test unit lint proto bench clean apache-classpath
 
 # A bare `make` lists the targets (the `## target: text` comments below), builds nothing.
 .DEFAULT_GOAL := help
@@ -35,10 +35,22 @@ $(STAMP): $(RUN_STAMP) pyproject.toml
 ## run: the daemon in the foreground on an embedded pulsar-lite broker (127.0.0.1:6650, ./data);
 ## `make run PULSAR=apache`: on Apache Pulsar standalone instead (Java 17 and Maven; data in
 ## ./data/apache-pulsar; the test extras and the broker's classpath are installed first);
-## `make run PULSAR=cluster`: on a three-broker Apache Pulsar cluster (6650-6652, new data each time)
+## `make run PULSAR=cluster`: on a three-broker Apache Pulsar cluster (6650-6652, new data each time);
+## a second copy: `make run BROKER_PORT=6660 METRICS_PORT=9091` (data and sockets in
+## ./data-6660, ./run-6660); RUN_ARGS="..." passes other examples/run_local.py options
 PULSAR ?= lite
+PORT_ARGS = $(if $(BROKER_PORT),--broker-port $(BROKER_PORT)) $(if $(METRICS_PORT),--metrics-port $(METRICS_PORT))
 run: $(RUN_STAMP) $(if $(filter apache cluster,$(PULSAR)),apache-classpath)
-	$(BIN)/python examples/run_local.py --broker $(PULSAR)
+	$(BIN)/python examples/run_local.py --broker $(PULSAR) $(PORT_ARGS) $(RUN_ARGS)
+
+## broker-stop: stop the broker of a running `make run`, to watch the daemon ride an outage
+## out (BROKER_PORT as given to that make run, if any)
+broker-stop: $(RUN_STAMP)
+	$(BIN)/python examples/run_local.py broker stop $(PORT_ARGS) $(RUN_ARGS)
+
+## broker-start: start that broker again, on its port and data
+broker-start: $(RUN_STAMP)
+	$(BIN)/python examples/run_local.py broker start $(PORT_ARGS) $(RUN_ARGS)
 
 ## test: lint, type-check and the whole suite, real-broker tests included, once per intake
 ## (the Apache Pulsar interop tests, marked `apache`, run in the first pass only); each pass
@@ -74,6 +86,6 @@ proto: $(STAMP)
 	    --python_out=daemon/pulsar_bruce/frame --pyi_out=daemon/pulsar_bruce/frame \
 	    proto/pulsar_api.proto
 
-## clean: remove .venv, ./data and ./run
+## clean: remove .venv, ./data and ./run (and a second copy's ./data-PORT, ./run-PORT)
 clean:
-	rm -rf $(VENV) data run
+	rm -rf $(VENV) data run data-[0-9]* run-[0-9]*

@@ -21,7 +21,13 @@ ports if 8080 is taken) and the daemon given all three; its data, in
 ./data/apache-cluster, starts afresh each time.
 
 Options (for tests and second copies): --broker lite|apache|cluster, --broker-port, --metrics-port,
---web-port (Apache Pulsar's admin API), --data DIR, --run DIR.
+--web-port (Apache Pulsar's admin API), --data DIR, --run DIR; `make run BROKER_PORT=6660
+METRICS_PORT=9091` passes the ports (a copy on another broker port keeps its data and sockets
+in ./data-PORT and ./run-PORT), RUN_ARGS="..." anything else.
+
+`run_local.py broker stop` and `broker start` (make broker-stop, make broker-start; with the
+copy's BROKER_PORT, or --run) stop the running copy's broker, and start it again on the same
+port and data, to watch the daemon ride an outage out; each returns once it is done.
 """
 
 from __future__ import annotations
@@ -29,13 +35,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import errno
+import json
 import os
-import pwd
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -44,105 +47,31 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-HOST = "127.0.0.1"
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # run_local_ports beside it, also when loaded by path
+    sys.path.insert(0, str(HERE))
+from run_local_control import (  # noqa: E402
+    BROKER_SWITCH,
+    STATE,
+    default_dirs,
+    hint,
+    make_command,
+    service_url,
+    switch_broker,
+)
+from run_local_ports import (  # noqa: E402
+    HOST,
+    accepts,
+    free_port,
+    free_ports_in_a_row,
+    port_holder,
+    port_taken,
+    refuse_taken_ports,
+)
+
+ROOT = HERE.parent
+__all__ = ["accepts", "free_port", "free_ports_in_a_row", "port_holder", "port_taken"]
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-# -- who holds a port ----------------------------------------------------------------------------
-
-
-def port_taken(port: int) -> bool:
-    """True if 127.0.0.1:port cannot be bound (something listens there, or on all addresses)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is not "taken"
-        try:
-            sock.bind((HOST, port))
-        except OSError as exc:
-            return exc.errno in (errno.EADDRINUSE, errno.EACCES)
-    return False
-
-
-def accepts(port: int) -> bool:
-    """True once something accepts connections on 127.0.0.1:port (a probe that binds
-    nothing, so it cannot get in the way of the child binding it)."""
-    try:
-        with socket.create_connection((HOST, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def _listening_sockets(port: int) -> dict[str, int]:
-    """``{"socket:[inode]": uid}`` of the TCP sockets listening on ``port`` (Linux /proc)."""
-    found = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            rows = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            local, state, uid, inode = fields[1], fields[3], fields[7], fields[9]
-            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
-                found[f"socket:[{inode}]"] = int(uid)
-    return found
-
-
-def port_holder(port: int) -> tuple[int | None, str]:
-    """(pid, description) of what listens on ``port``: ``pid 42 (pulsar-lite --addr ...)``."""
-    sockets = _listening_sockets(port)
-    if not sockets:
-        return None, "something"
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if any(os.readlink(fd) in sockets for fd in (proc / "fd").iterdir()):
-                command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-                if len(command) > 100:
-                    command = command[:97] + "..."
-                return int(proc.name), f"pid {proc.name} ({command})"
-        except OSError:  # gone, or not ours to look at
-            continue
-    uid = next(iter(sockets.values()))
-    try:
-        user = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        user = str(uid)
-    return None, f"a process of user {user}"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
-def free_ports_in_a_row(count: int) -> int:
-    """The first of ``count`` consecutive free ports, below the kernel's ephemeral range (a
-    free port in it can be taken by any outgoing connection before a broker binds it)."""
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    candidates = list(range(10000, max(low - count, 10001), count))
-    random.shuffle(candidates)
-    for first in candidates:
-        if not any(port_taken(first + i) for i in range(count)):
-            return first
-    sys.exit(f"run_local: no {count} consecutive free ports below {low}")
-
-
-def refuse_taken_ports(ports: dict[int, str]) -> None:
-    """Exit with one line if any port is taken, naming what holds each."""
-    taken = [
-        f"port {port} ({role}) is taken by {port_holder(port)[1]}"
-        for port, role in ports.items()
-        if port_taken(port)
-    ]
-    if taken:
-        sys.exit(f"run_local: not starting: {'; '.join(taken)}")
 
 
 # -- children ------------------------------------------------------------------------------------
@@ -213,6 +142,11 @@ class Runner:
         self.daemon_ready = False  # its signal handlers are in place
         self.stopping = False
         self.stopping_broker = False
+        self.broker_wanted = True  # `broker stop` / `broker start` flip it; watch() follows
+        self.broker_up = False
+
+    def on_broker_switch(self, signum: int, frame: FrameType | None) -> None:
+        self.broker_wanted = signum == BROKER_SWITCH["start"]
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         first, self.stopping = not self.stopping, True
@@ -231,11 +165,16 @@ class Runner:
     def watch(self) -> int:
         """Wait for the daemon; a broker that exits first is reported in one line, the
         daemon stopped, and the exit status is 1 (nothing would ever be delivered)."""
-        daemon, broker = self.daemon, self.broker
-        assert daemon is not None and broker is not None
+        daemon = self.daemon
+        assert daemon is not None
         broker_died = False
         while daemon.poll() is None:
-            if not broker_died and not self.stopping and broker.poll() is not None:
+            if not self.stopping and self.broker_wanted != self.broker_up:
+                self.switch_broker()
+            broker = self.broker
+            assert broker is not None
+            up = self.broker_up and not (broker_died or self.stopping)  # not stopped on purpose
+            if up and broker.poll() is not None:
                 broker_died = self.stopping = True
                 status, log = exit_status(broker.returncode), self.broker_log
                 say(f"{self.broker_name} exited ({status}); see {log}; stopping pulsar-bruce")
@@ -343,17 +282,45 @@ class Runner:
             )  # fmt: skip
         self.wait_until(ready, self.broker, "the cluster", self.broker_log, timeout=300)
 
-    def run(self) -> int:
-        args = self.args
-        data, run = Path(args.data), Path(args.run)
-        data.mkdir(parents=True, exist_ok=True)
-        run.mkdir(parents=True, exist_ok=True)
-        if args.broker == "apache":
+    def start_broker(self) -> None:
+        data = Path(self.args.data)
+        if self.args.broker == "apache":
             self.start_apache(data)
-        elif args.broker == "cluster":
+        elif self.args.broker == "cluster":
             self.start_cluster(data)
         else:
             self.start_lite(data)
+        self.broker_up = True
+
+    def switch_broker(self) -> None:
+        """Stop the broker, or start it again on its port and data, as `broker stop` or
+        `broker start` asked; the daemon rides the outage out meanwhile."""
+        if self.args.broker == "cluster":
+            say("broker stop/start is for one broker (lite, apache), not the cluster")
+            self.broker_wanted = self.broker_up
+            return
+        if self.broker_wanted:
+            self.start_broker()
+            say(f"{self.broker_name} started again; pulsar-bruce reconnects and delivers")
+        else:
+            self.stop_broker()
+            self.broker_up = False
+            say(f"{self.broker_name} stopped; pulsar-bruce holds what it receives meanwhile "
+                f"({make_command('broker-start', self.args)} starts it again)")  # fmt: skip
+        self.write_state()
+
+    def write_state(self) -> None:
+        state = {"pid": os.getpid(), "broker": self.args.broker, "broker_up": self.broker_up}
+        path = Path(self.args.run) / STATE
+        path.with_suffix(".tmp").write_text(json.dumps(state))
+        path.with_suffix(".tmp").replace(path)  # readers never see half of it
+
+    def run(self) -> int:
+        args = self.args
+        Path(args.data).mkdir(parents=True, exist_ok=True)
+        run = Path(args.run)
+        run.mkdir(parents=True, exist_ok=True)
+        self.start_broker()
         sock = run / "bruce.sock"
         self.daemon = start(
             [sys.executable, "-m", "pulsar_bruce", "--socket", str(sock),
@@ -368,6 +335,7 @@ class Runner:
             "its log above",
         )
         self.daemon_ready = True
+        self.write_state()
         print(hint(args, sock), flush=True)
         return self.watch()
 
@@ -377,8 +345,13 @@ class Runner:
         if self.daemon is not None and self.daemon.poll() is None:
             self.daemon.send_signal(signal.SIGTERM)
             self.daemon.wait()
+        self.stopping_broker = True  # a further signal kills it
+        self.stop_broker()
+        with contextlib.suppress(OSError):
+            (Path(self.args.run) / STATE).unlink()
+
+    def stop_broker(self) -> None:
         if self.broker is not None and self.broker.poll() is None:
-            self.stopping_broker = True  # a further signal kills it
             os.killpg(self.broker.pid, signal.SIGTERM)
             os.killpg(self.broker.pid, signal.SIGCONT)  # stopped (Ctrl-Z, SIGSTOP): wake it up
             try:  # the JVM closes its broker, bookie and metadata store: give it longer
@@ -386,46 +359,6 @@ class Runner:
             except subprocess.TimeoutExpired:
                 os.killpg(self.broker.pid, signal.SIGKILL)
                 self.broker.wait(10)
-
-
-def service_url(args: argparse.Namespace) -> str:
-    """The broker's URL; the cluster's names its three brokers."""
-    if args.broker == "cluster":
-        return "pulsar://" + ",".join(f"{HOST}:{args.broker_port + i}" for i in range(3))
-    return f"pulsar://{HOST}:{args.broker_port}"
-
-
-def hint(args: argparse.Namespace, sock: Path) -> str:
-    python = sys.executable
-    bin_dir = Path(python).parent
-    url = service_url(args)
-    read_url = "" if url == f"pulsar://{HOST}:6650" else f" --service-url {url}"
-    admin = ""
-    if args.broker == "cluster":
-        admins = ", ".join(f"http://{HOST}:{args.web_port + i}" for i in range(3))
-        broker = (
-            f"A three-broker Apache Pulsar cluster is listening on {url} (admin {admins}; "
-            f"data in {Path(args.data) / 'apache-cluster'}, new each start)."
-        )
-        admin = f"\n  admin:    curl -s http://{HOST}:{args.web_port}/admin/v2/brokers/bruce-cluster"
-    elif args.broker == "apache":
-        broker = (
-            f"Apache Pulsar standalone is listening on {url} (admin http://{HOST}:"
-            f"{args.web_port}; data in {Path(args.data) / 'apache-pulsar'})."
-        )
-        # Tenants, namespaces, policies: docs/deploying.md#tenants-and-namespaces.
-        admin = f"\n  admin:    curl -s http://{HOST}:{args.web_port}/admin/v2/tenants"
-    else:
-        broker = f"pulsar-lite is listening on {url} (data in {args.data})."
-    return f"""
-{broker}
-pulsar-bruce: socket {sock}, metrics http://{HOST}:{args.metrics_port}/metrics
-
-In another terminal:
-  send:     {bin_dir}/to_pulsar --socket-path {sock} --topic demo --value hello --key k1
-  observe:  curl -s {HOST}:{args.metrics_port}/metrics | grep -E '^pulsar_bruce_(received|acked)'
-  read:     {python} {ROOT / "examples" / "read_back.py"} --topic demo{read_url}{admin}
-Ctrl-C stops it."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -444,12 +377,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="Apache Pulsar's admin API [8080, or a free port if 8080 is taken]",
     )
     parser.add_argument("--metrics-port", type=int, default=9090)
-    parser.add_argument("--data", default=str(ROOT / "data"), help="broker data [./data]")
-    parser.add_argument("--run", default=str(ROOT / "run"), help="daemon sockets [./run]")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--data", help="broker data [./data; ./data-PORT with another --broker-port]"
+    )
+    parser.add_argument(
+        "--run", help="daemon sockets [./run; ./run-PORT with another --broker-port]"
+    )
+    args = parser.parse_args(argv)
+    data, run = default_dirs(args.broker_port)
+    args.data, args.run = args.data or str(data), args.run or str(run)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["broker"]:
+        if argv[1:2] not in (["stop"], ["start"]):
+            sys.exit("usage: run_local.py broker stop|start [--broker-port N | --run DIR]")
+        return switch_broker(argv[1], parse_args(argv[2:]))
     args = parse_args(argv)
     ports = {args.broker_port: "the broker", args.metrics_port: "metrics"}
     if args.broker == "apache":
@@ -463,10 +408,14 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(3):
             ports[args.broker_port + i] = f"broker {i + 1} of the cluster"
             ports[args.web_port + i] = f"broker {i + 1}'s admin API"
-    refuse_taken_ports(ports)
+    others = {"BROKER_PORT": (args.broker_port, 3 if args.broker == "cluster" else 1),
+              "METRICS_PORT": (args.metrics_port, 1)}  # fmt: skip
+    refuse_taken_ports(ports, others)
     runner = Runner(args)
     for signum in STOP_SIGNALS:
         signal.signal(signum, runner.on_signal)
+    for signum in BROKER_SWITCH.values():
+        signal.signal(signum, runner.on_broker_switch)
     try:
         return runner.run()
     except Stopped as stopped:

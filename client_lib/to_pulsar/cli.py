@@ -373,7 +373,10 @@ def _confirm(stream: StreamSender, count: int, timeout: float) -> None:
     except SendTimeoutError as exc:
         raise _Unconfirmed(
             f"no confirmation from the daemon within {timeout:g} s "
-            f"({stream.unconfirmed} of {count} {_noun(count)} unconfirmed)"
+            f"({stream.unconfirmed} of {count} {_noun(count)} unconfirmed): the broker has "
+            "not acknowledged them (is it down? `pulsar-bruce status` shows the daemon's "
+            "connections); the daemon keeps them and delivers them once it can, so sending "
+            "them again may duplicate them"
         ) from exc
     if not result.ok:
         raise _Unconfirmed(

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import errno
 import math
+import os
 import socket
+import sys
 import time
 from collections.abc import Mapping
 from typing import Final
@@ -23,6 +25,7 @@ from .encoding import (
     encode_plain,
 )
 from .errors import DaemonUnavailableError, MessageTooLargeError, SendTimeoutError, ToPulsarError
+from .paths import stream_socket_beside
 
 _time_ns = time.time_ns
 
@@ -57,8 +60,17 @@ def send_error(exc: OSError, path: str, size: int, timeout: float | None) -> ToP
     if action == RECONNECT:
         return DaemonUnavailableError(f"no daemon listening on {path} ({exc.strerror})")
     if exc.errno == errno.EMSGSIZE:
-        return MessageTooLargeError(size)
+        return MessageTooLargeError(size, datagram_limit())
     return ToPulsarError(f"send to {path} failed ({exc.strerror or exc})")
+
+
+def datagram_limit() -> int | None:
+    """The largest datagram this host's UNIX sockets take by default (Linux: the send
+    buffer, ``net.core.wmem_default``, less 32 bytes), or None if unknown."""
+    if not sys.platform.startswith("linux"):
+        return None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as probe:
+        return int(probe.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)) - 32
 
 
 def gone_again_error(exc: OSError, path: str) -> DaemonUnavailableError:
@@ -122,6 +134,11 @@ def connect_unix(path: str, kind: socket.SocketKind, timeout: float | None = Non
     except (FileNotFoundError, ConnectionRefusedError) as exc:
         sock.close()
         where = f"stream socket {path}" if kind == socket.SOCK_STREAM else path
+        if os.path.isdir(path):
+            raise DaemonUnavailableError(
+                f"{path} is a directory, not the daemon's {what}: name the socket in it "
+                f"({os.path.join(path, 'bruce.sock')} where make run or systemd put it)"
+            ) from exc
         raise DaemonUnavailableError(f"no daemon listening on {where} ({exc.strerror})") from exc
     except TimeoutError as exc:
         sock.close()
@@ -130,7 +147,25 @@ def connect_unix(path: str, kind: socket.SocketKind, timeout: float | None = Non
         ) from exc
     except OSError as exc:
         sock.close()
+        if exc.errno == errno.EPROTOTYPE:  # a socket of the other kind is bound there
+            raise DaemonUnavailableError(_wrong_kind(path, kind)) from exc
         raise DaemonUnavailableError(
             f"cannot connect to daemon {what} {path} ({exc.strerror or exc})"
         ) from exc
     return sock
+
+
+def _wrong_kind(path: str, kind: socket.SocketKind) -> str:
+    """The daemon's two sockets, told apart: what ``path`` is, and where to send."""
+    if kind == socket.SOCK_DGRAM:
+        datagram = "the daemon's datagram socket"
+        if path.endswith(".stream.sock"):
+            datagram = path.removesuffix(".stream.sock") + ".sock"
+        return (
+            f"{path} is a stream socket (the daemon's for confirmed delivery: StreamSender, "
+            f"to_pulsar --confirm); datagrams go to {datagram}"
+        )
+    return (
+        f"{path} is a datagram socket (the daemon's --socket); confirmed delivery goes to "
+        f"its stream socket, {stream_socket_beside(path)} by default"
+    )

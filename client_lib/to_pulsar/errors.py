@@ -20,11 +20,14 @@ class MessageTooLargeError(ToPulsarError):
     Retrying cannot help, so this is distinct from transient send failures.
     """
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, limit: int | None = None) -> None:
         self.size = size
+        self.limit = limit
+        here = f"{limit} bytes here" if limit is not None else "the socket send buffer"
         super().__init__(
-            f"message of {size} bytes is too large to send: the limit is the OS datagram "
-            "limit (the socket send buffer) and the daemon's maximum message size"
+            f"message of {size} bytes is too large to send as one datagram (the OS takes "
+            f"{here}); the daemon's stream socket takes it, up to its max_message_bytes "
+            "(64MiB by default): StreamSender, or to_pulsar --confirm"
         )
 
 

@@ -71,6 +71,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from . import spark_warm_up
+from .paths import STREAM_SOCKET_ENV_VAR as STREAM_SOCKET_ENV
 from .protocol import FlushResult
 from .spark_exactly_once import for_batch_write, for_stream, for_write
 from .spark_plan import OPTIONS, plan_write, write_options
@@ -126,7 +127,7 @@ def register(spark: SparkSession, *, warm_up: bool = True) -> None:
     ``warm_up``, start the Python processes a write runs in now, in the background
     (:mod:`to_pulsar.spark_warm_up`), so the first write does not wait for them."""
     ship(spark)  # first: a registered data source keeps the Python includes it was given
-    spark.dataSource.register(ToPulsarDataSource)
+    spark.dataSource.register(_data_source_for(spark))
     if warm_up:
         spark_warm_up.start(spark, FORMAT)
 
@@ -380,9 +381,24 @@ class _StreamWriter(_StreamWriterBase):
 class ToPulsarDataSource(DataSource):
     """The ``"to_pulsar"`` format (write only: batch and streaming)."""
 
+    #: The tasks run on the host that plans the write (a local master): planning connects to
+    #: the daemon as a task would, so a wrong socket fails in a second, in one to_pulsar
+    #: line, before any task (not after the tasks' flush timeout, in Spark's task logs).
+    tasks_run_here = False
+
     @classmethod
     def name(cls) -> str:
         return FORMAT
+
+    def _socket_error(self) -> str | None:
+        """Where the tasks run here: what a task would fail with, connecting (raised by the
+        caller, so that Spark's message holds one frame of traceback around it)."""
+        if self.tasks_run_here:
+            try:
+                check_socket(self.options.get("socket") or None)
+            except ToPulsarSparkError as exc:
+                return str(exc)
+        return None
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:
@@ -394,9 +410,29 @@ class ToPulsarDataSource(DataSource):
             return spark_warm_up.WarmUpWriter()
         plan = plan_write(self.options, schema)
         _require_arrow()
+        if (error := self._socket_error()) is not None:
+            raise ToPulsarSparkError(error)
         return _BatchWriter(for_batch_write(plan))  # made once: every task gets its write id
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         plan = plan_write(self.options, schema)
         _require_arrow()
+        if (error := self._socket_error()) is not None:
+            raise ToPulsarSparkError(error)
         return _StreamWriter(for_stream(plan))
+
+
+def _data_source_for(spark: SparkSession) -> type[ToPulsarDataSource]:
+    """The class to register: with a local master, one that checks the socket when it plans
+    (made here, so Spark pickles it by value with its ``tasks_run_here``)."""
+    try:
+        context = spark.sparkContext
+        local = str(context.master).startswith("local")
+        # The tasks' environment, not this one, may name the socket: then let them look.
+        local = local and not context.getConf().get(f"spark.executorEnv.{STREAM_SOCKET_ENV}")
+    except Exception:  # Spark Connect: the tasks run elsewhere
+        local = False
+    if not local:
+        return ToPulsarDataSource
+    attributes = {"tasks_run_here": True, "__module__": __name__}
+    return type("ToPulsarDataSource", (ToPulsarDataSource,), attributes)

@@ -21,6 +21,7 @@ from pulsar_bruce.config.effective import effective_config_toml
 from pulsar_bruce.input.unix_sockets import SocketInUseError
 from pulsar_bruce.metrics.status import render_status
 from pulsar_bruce.native import INTAKE, INTAKE_CHOICE_ERROR
+from pulsar_bruce.service import status_file
 from pulsar_bruce.service.logs import setup_logging
 from pulsar_bruce.service.systemd import ActivationError
 from pulsar_bruce.spool.inspect import (
@@ -183,15 +184,12 @@ def _serve(config: Config, reload: Callable[[], Config]) -> None:
 def status(config: Config, url: str | None, as_json: bool, interval: float) -> None:
     """Summarise a running daemon: uptime, throughput, buffered, connections, discards.
 
-    It reads the daemon whose --metrics-listen the configuration gives (so
-    `pulsar-bruce --config FILE status` reads the one FILE configures), or --url.
+    It reads the daemon on the configuration's --socket (so `pulsar-bruce --config FILE
+    status` reads the one FILE configures) where that daemon serves its status now, even
+    if FILE has changed since, else the configuration's --metrics-listen; or --url.
     """
     if url is None:
-        if config.metrics_listen is None:
-            click.echo("pulsar-bruce: error: metrics are off; pass --url", err=True)
-            sys.exit(2)
-        host, port = config.metrics_listen
-        url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}/status"
+        url = _daemon_status_url(config)
     first = _fetch_status(url)
     if as_json:
         click.echo(json.dumps(first, indent=1))
@@ -201,6 +199,35 @@ def status(config: Config, url: str | None, as_json: bool, interval: float) -> N
         time.sleep(interval)
         second = _fetch_status(url)
     click.echo(render_status(second, first, url) if second else render_status(first, None, url))
+
+
+def _daemon_status_url(config: Config) -> str:
+    """The running daemon's status URL (the file it wrote beside its socket) if it answers,
+    else the configured one; a difference between the two is said on stderr."""
+    running = status_file.read(config.socket)
+    configured = None
+    if config.metrics_listen is not None:
+        configured = status_file.status_url(*config.metrics_listen)
+    if running is not None and running != configured and _answers(running):
+        click.echo(
+            f"pulsar-bruce: note: the daemon on {config.socket} serves its status at "
+            f"{running}; the configuration says {configured or 'metrics off'}, which a "
+            "restart applies",
+            err=True,
+        )
+        return running
+    if configured is None:
+        click.echo("pulsar-bruce: error: metrics are off; pass --url", err=True)
+        sys.exit(2)
+    return configured
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def _fetch_status(url: str) -> dict[str, Any]:

@@ -17,19 +17,20 @@ import logging
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from pulsar_bruce import reasons
 from pulsar_bruce.config import TOPIC_OPTIONS, Config, ConfigError
 from pulsar_bruce.input.unix_sockets import open_unix_socket
 from pulsar_bruce.metrics.http import MetricsServer
 from pulsar_bruce.metrics.registry import Metrics, SpoolGauges
-from pulsar_bruce.metrics.reject_log import RejectLog
+from pulsar_bruce.metrics.reject_log import RateLimitLog, RejectLog
 from pulsar_bruce.metrics.status import status_document
 from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.pipeline.flow import Pipeline
-from pulsar_bruce.service import descriptors, systemd
+from pulsar_bruce.service import descriptors, status_file, systemd
 from pulsar_bruce.service.connection_options import connection_security
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ class Server:
         """What startup, the main loop and shutdown keep: tasks, stop events, the sockets'
         names, the metrics endpoint (opened at startup) and systemd's notifier."""
         self.metrics_server: MetricsServer | None = None
+        self._status_url: str | None = None  # where /status is served, once it is
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
         self._stop_now = asyncio.Event()
@@ -116,7 +118,10 @@ class Server:
                 metrics.registry, host, port, status=self.status_document, select=metrics.select
             )
             await self.metrics_server.start()
+            self._status_url = status_file.status_url(host, self.metrics_server.port)
         datagram_socket, stream_socket = self._open_input_sockets()
+        if self._status_url is not None:
+            status_file.write(config.socket, self._status_url)  # for `pulsar-bruce status`
         cap = self._stream_connection_cap() if self._has_stream_socket(stream_socket) else 0
         await self.pipeline.start(datagram_socket, stream_socket, cap)
         self._spawn(self._log_rejects_periodically())
@@ -148,6 +153,8 @@ class Server:
             await stream_server.stop()  # unlinks only a socket it made
         if self.metrics_server is not None:
             await self.metrics_server.stop()
+        if self._status_url is not None:
+            status_file.remove(self.config.socket, self._status_url)
 
     def request_stop(self, signum: int | None = None) -> None:
         """First stop signal: shut down gracefully; a second one: stop waiting for receipts."""
@@ -178,6 +185,8 @@ class Server:
         await pipeline.stop()
         if self.metrics_server is not None:
             await self.metrics_server.stop()
+        if self._status_url is not None:
+            status_file.remove(self.config.socket, self._status_url)
         ledger = self.ledger
         log.info(
             "stopped: received %d, acked %d, discarded %d",
@@ -206,7 +215,11 @@ class Server:
             and f.name not in (*TOPIC_OPTIONS, "topic_overrides")
         ]
         if ignored:
-            log.warning("SIGHUP: %s take effect only on restart", ", ".join(ignored))
+            log.warning(
+                "SIGHUP: changed, but applied only by a restart: %s; the daemon goes on with "
+                "the values it started with (pulsar-bruce status reads the running one)",
+                ", ".join(ignored),
+            )
         intake = pipeline.intake
         intake.max_message_bytes = min(
             intake.max_message_bytes, pipeline.topic_settings.largest_message_bytes()
@@ -279,13 +292,40 @@ class Server:
         )
 
     async def _log_rejects_periodically(self) -> None:
-        """Senders' mistakes, told from here, never per message (``metrics/reject_log.py``)."""
+        """Senders' mistakes and rate-limited topics, told from here, never per message
+        (``metrics/reject_log.py``)."""
         rejects = RejectLog(time.monotonic(), self.ledger.discarded)
+        limited = RateLimitLog(time.monotonic(), self._rate_limited())
         while True:
             await asyncio.sleep(_REJECT_CHECK_S)
             now, samples = time.monotonic(), self.pipeline.outcomes.recent_rejects
             for line in rejects.lines(now, self.ledger.discarded, samples):
                 log.warning("%s", line)
+            if self.ledger.discarded.get(reasons.RATE_LIMITED):
+                counts = self._rate_limited()
+                for line in limited.lines(now, counts, self._rate_limits(counts)):
+                    log.warning("%s", line)
+
+    def _rate_limited(self) -> dict[str, int]:
+        """Each topic's rate_limited count, of the topics that have one."""
+        counts = {}
+        for topic in self.pipeline.topics.registry:
+            count = topic.stats.discarded.get(reasons.RATE_LIMITED)
+            if count:
+                counts[topic.name] = count
+        return counts
+
+    def _rate_limits(self, topics: Iterable[str]) -> dict[str, str]:
+        """The rate limit of each of ``topics``, in words."""
+        limits = {}
+        for name in topics:
+            settings = self.pipeline.topic_settings.settings.get(name)
+            if settings is not None and settings.rate_limit_messages:
+                limits[name] = (
+                    f"rate_limit_messages {settings.rate_limit_messages} per "
+                    f"rate_limit_interval_s {settings.rate_limit_interval_s:g}"
+                )
+        return limits
 
     async def _notify_periodically(self) -> None:
         """STATUS= every few seconds; WATCHDOG=1 pings from the event loop itself."""

@@ -115,6 +115,8 @@ static long encode(void *buf, size_t buf_size, int keyed, uint32_t partition_key
                     timestamp_ms) < 0 ||
         buf_size < parts.size)
         return TO_PULSAR_ERR_INVALID;
+    if (to_pulsar_check_topic(topic, topic_len) < 0)
+        return TO_PULSAR_ERR_BAD_TOPIC;
     memcpy(p, parts.head, parts.head_len);
     p += parts.head_len;
     memcpy(p, topic, topic_len);
@@ -310,6 +312,8 @@ static int send_message(struct to_pulsar *tp, int keyed, uint32_t partition_key,
     topic_len = strlen(topic);
     rc = build_parts(&parts, keyed, partition_key, topic_len, key, key_len, value, value_len,
                      timestamp_ms);
+    if (rc == 0)
+        rc = to_pulsar_check_topic(topic, topic_len);
     if (rc < 0)
         return rc;
     iov[0].iov_base = parts.head;
@@ -367,6 +371,10 @@ const char *to_pulsar_strerror(int code)
         return "daemon socket queue is full (send timed out or would block)";
     case TO_PULSAR_ERR_IO:
         return "send to the daemon socket failed";
+    case TO_PULSAR_ERR_BAD_TOPIC:
+        return "invalid topic: expected t, tenant/namespace/t or persistent://tenant/namespace/t"
+               " (tenant and namespace: letters, digits and - = : . _; the topic's own name"
+               " UTF-8 without whitespace or control characters)";
     default:
         return "unknown to_pulsar error";
     }

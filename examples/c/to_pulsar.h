@@ -46,6 +46,7 @@ extern "C" {
 #define TO_PULSAR_ERR_UNAVAILABLE (-3) /* no daemon on the socket (ENOENT, ECONNREFUSED) */
 #define TO_PULSAR_ERR_AGAIN (-4)       /* queue full: would block / send timeout expired */
 #define TO_PULSAR_ERR_IO (-5)          /* any other system error, see last_errno */
+#define TO_PULSAR_ERR_BAD_TOPIC (-6)   /* not a topic name the daemon accepts (bad_topic) */
 
 struct to_pulsar {
     int fd;                /* -1 when closed */
@@ -95,6 +96,14 @@ long to_pulsar_encode_keyed(void *buf, size_t buf_size, uint32_t partition_key,
                             const char *topic, size_t topic_len, const void *key,
                             size_t key_len, const void *value, size_t value_len,
                             int64_t timestamp_ms);
+
+/* 0 if the daemon accepts `topic` as a topic name, by its own rule: `t`,
+ * `tenant/namespace/t` or `persistent://tenant/namespace/t` (or `non-persistent://`);
+ * tenant and namespace ASCII letters, digits and - = : . _; the topic's own name UTF-8
+ * without '/', whitespace or control characters. TO_PULSAR_ERR_INVALID if it is not
+ * 1..32767 bytes, else TO_PULSAR_ERR_BAD_TOPIC. The send and encode functions check it,
+ * so a name the daemon would discard as `bad_topic` is refused before it is sent. */
+int to_pulsar_check_topic(const char *topic, size_t topic_len);
 
 /* Milliseconds since the epoch (CLOCK_REALTIME). */
 int64_t to_pulsar_now_ms(void);

@@ -48,6 +48,11 @@ int main(int argc, char **argv)
         fputs("to_pulsar_send: error: TOPIC must be 1..32767 bytes\n", stderr);
         return 2;
     }
+    if (to_pulsar_check_topic(argv[2], strlen(argv[2])) < 0) {
+        fprintf(stderr, "to_pulsar_send: error: '%s': %s\n", argv[2],
+                to_pulsar_strerror(TO_PULSAR_ERR_BAD_TOPIC));
+        return 2;
+    }
     rc = to_pulsar_open(&tp, argv[1]);
     if (rc == 0) {
         if (keyed)
@@ -61,7 +66,7 @@ int main(int argc, char **argv)
     if (rc < 0) {
         fprintf(stderr, "to_pulsar_send: error: %s: %s (%s)\n", tp.socket_path,
                 to_pulsar_strerror(rc), tp.last_errno ? strerror(tp.last_errno) : "-");
-        return rc == TO_PULSAR_ERR_INVALID ? 2 : 1;
+        return rc == TO_PULSAR_ERR_INVALID || rc == TO_PULSAR_ERR_BAD_TOPIC ? 2 : 1;
     }
     return 0;
 }

@@ -14,6 +14,7 @@ package ToPulsar;
 use strict;
 use warnings;
 
+use Encode ();
 use Errno qw(EAGAIN EWOULDBLOCK EMSGSIZE ENOENT ECONNREFUSED ENOTCONN EINTR);
 use Socket qw(AF_UNIX SOCK_DGRAM SOL_SOCKET SO_SNDTIMEO pack_sockaddr_un);
 use Time::HiRes ();
@@ -128,7 +129,49 @@ sub _fields {
     my $len = length $topic;
     die "ToPulsar: topic must be 1.." . MAX_TOPIC_SIZE . " bytes, got $len bytes\n"
         unless $len > 0 && $len <= MAX_TOPIC_SIZE;
+    check_topic($topic);
     return ($topic, $value, $key);
+}
+
+# check_topic($bytes): dies unless the daemon accepts the name (its own rule, as
+# to_pulsar.topics): t, tenant/namespace/t, or persistent:// (non-persistent://) and
+# tenant/namespace/t; tenant and namespace ASCII letters, digits and - = : . _; the
+# topic's own name UTF-8 without '/', whitespace or control characters. Names found
+# valid are remembered, so the per-message check is one hash lookup.
+my %valid_topic;
+my $LOCAL_NAME = qr{\A[^/\x00-\x20\x7f-\xa0\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}]+\z};
+my $NAMED_ENTITY = qr{\A[-=:.A-Za-z0-9_]+\z};
+
+sub check_topic {
+    my ($raw) = @_;
+    return if exists $valid_topic{$raw};
+    my $name = eval { Encode::decode('UTF-8', my $copy = $raw, Encode::FB_CROAK()) };
+    die "ToPulsar: topic '$raw' is not UTF-8\n" unless defined $name;
+    my $forms = 't, tenant/namespace/t or persistent://tenant/namespace/t';
+    my $qualified = index($name, '://') >= 0;
+    if ($qualified) {
+        my ($domain, $rest) = split m{://}, $name, 2;
+        die "ToPulsar: invalid topic '$raw': the domain must be persistent or non-persistent\n"
+            unless $domain eq 'persistent' || $domain eq 'non-persistent';
+        $name = $rest;
+    }
+    my @parts = split m{/}, $name, -1;
+    my ($tenant, $namespace, $local);
+    if (@parts == 3) {
+        ($tenant, $namespace, $local) = @parts;
+    } elsif (@parts == 1 && !$qualified) {
+        ($tenant, $namespace, $local) = ('public', 'default', $parts[0]);
+    } else {
+        die "ToPulsar: invalid topic '$raw': expected $forms\n";
+    }
+    for ([tenant => $tenant], [namespace => $namespace]) {
+        die "ToPulsar: invalid topic '$raw': the $_->[0] must be ASCII letters, digits "
+            . "and - = : . _ only\n" unless $_->[1] =~ $NAMED_ENTITY;
+    }
+    die "ToPulsar: invalid topic '$raw': the topic's own name must be non-empty, "
+        . "without whitespace or control characters\n" unless $local =~ $LOCAL_NAME;
+    %valid_topic = () if keys %valid_topic >= 4096;
+    $valid_topic{$raw} = 1;
 }
 
 sub _check_size {

@@ -98,14 +98,14 @@ def launch(tmp_path: Path, broker_port: int, metrics_port: int, *extra: str) -> 
     return Run(process, out, err, broker_port, metrics_port)
 
 
-@pytest.fixture
-def running(tmp_path: Path) -> Iterator[Run]:
-    """run_local.py, started and serving (its hint printed)."""
-    run = launch(tmp_path, *two_free_ports())
+@contextlib.contextmanager
+def serving(tmp_path: Path, *extra: str, timeout: float = 60) -> Iterator[Run]:
+    """run_local.py, started and serving (its hint printed); killed at the end if need be."""
+    run = launch(tmp_path, *two_free_ports(), *extra)
     try:
         wait_for(
             lambda: "Ctrl-C stops it." in run.out.read_text() or run.process.poll() is not None,
-            60,
+            timeout,
             "run_local to start",
         )
         assert run.process.poll() is None, run.err.read_text()
@@ -113,7 +113,14 @@ def running(tmp_path: Path) -> Iterator[Run]:
     finally:
         if run.process.poll() is None:
             run.process.kill()  # its children get SIGTERM from the kernel
-        run.process.wait(60)
+        run.process.wait(timeout)
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[Run]:
+    """run_local.py, started and serving (its hint printed)."""
+    with serving(tmp_path) as run:
+        yield run
 
 
 def children(run: Run) -> tuple[int, int]:
@@ -195,6 +202,11 @@ def test_killed_outright_its_children_follow(running: Run) -> None:
 
 def test_the_hint_sends_a_message_and_reads_back_only_that(running: Run) -> None:
     send, read = running.hint("send"), running.hint("read")
+    # Every sender finds the daemon once the printed variable is exported.
+    assert running.hint("senders")[:2] == [
+        "export",
+        f"TO_PULSAR_SOCKET={send[send.index('--socket-path') + 1]}",
+    ]
     assert read[-2:] == ["--service-url", f"pulsar://127.0.0.1:{running.broker_port}"]
     subprocess.run(send, check=True, env=env(), timeout=30)
     metrics = f"http://127.0.0.1:{running.metrics_port}/metrics"
@@ -210,6 +222,100 @@ def test_the_hint_sends_a_message_and_reads_back_only_that(running: Run) -> None
     assert (done.returncode, done.stdout, done.stderr) == (0, "key=k1 value=hello\n", "")
 
 
+def switch(run: Run, action: str) -> subprocess.CompletedProcess[str]:
+    """``run_local.py broker stop|start`` (``make broker-stop``), as the hint prints it."""
+    command = run.hint("outage")
+    assert command[:2] == [sys.executable, str(SCRIPT)]  # --run is not make's default here
+    stop = command[: command.index("then")]
+    stop[-1] = stop[-1].rstrip(",")
+    stop[stop.index("stop")] = action
+    return subprocess.run(stop, capture_output=True, text=True, env=env(), timeout=60)
+
+
+def test_the_broker_stops_and_starts_again_while_the_daemon_rides_it_out(running: Run) -> None:
+    """``make broker-stop`` / ``make broker-start``: the outage an operator tries first;
+    each returns once done, ``make run`` goes on, and what was sent meanwhile is delivered."""
+    broker, daemon = children(running)
+    stopped = switch(running, "stop")
+    assert (stopped.returncode, stopped.stderr) == (0, "run_local: the broker is down\n")
+    assert gone(broker) and not run_local.accepts(running.broker_port)
+    assert running.process.poll() is None and not gone(daemon)
+    subprocess.run(running.hint("send"), check=True, env=env(), timeout=30)
+    wait_for(lambda: "pulsar_bruce_buffered_messages 1.0" in scrape(running), 30, "it buffered")
+    assert switch(running, "stop").returncode == 0  # already down: says so
+    started = switch(running, "start")
+    assert (started.returncode, started.stderr) == (0, "run_local: the broker is up\n")
+    wait_for(lambda: "pulsar_bruce_acked_total 1.0" in scrape(running), 60, "the message acked")
+    said = [line for line in running.err.read_text().splitlines() if line.startswith("run_local")]
+    assert said[0].startswith(
+        "run_local: pulsar-lite stopped; pulsar-bruce holds what it receives meanwhile ("
+    )
+    assert said[1:] == [
+        "run_local: pulsar-lite started again; pulsar-bruce reconnects and delivers"
+    ]
+    running.process.send_signal(signal.SIGTERM)
+    assert running.process.wait(60) == 0
+
+
+@pytest.mark.apache
+def test_on_apache_pulsar_the_broker_stops_and_starts_again_too(tmp_path: Path) -> None:
+    """``make broker-stop`` / ``broker-start`` with ``make run PULSAR=apache``: the JVM
+    stops, starts again on the same port and data, and what was sent meanwhile arrives."""
+    apache = ("--broker", "apache", "--web-port", str(free_port()))
+    with serving(tmp_path, *apache, timeout=180) as run:
+        assert switch(run, "stop").returncode == 0
+        assert not run_local.accepts(run.broker_port) and run.process.poll() is None
+        subprocess.run(run.hint("send"), check=True, env=env(), timeout=30)
+        assert switch(run, "start").returncode == 0
+        wait_for(lambda: "pulsar_bruce_acked_total 1.0" in scrape(run), 120, "the message acked")
+        done = subprocess.run(run.hint("read"), capture_output=True, text=True, env=env(),
+                              timeout=60)  # fmt: skip
+        assert (done.returncode, done.stdout) == (0, "key=k1 value=hello\n")
+        run.process.send_signal(signal.SIGTERM)
+        assert run.process.wait(90) == 0
+
+
+def test_broker_stop_without_a_running_copy_says_so_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "broker", "stop", "--run", str(tmp_path)],
+        capture_output=True, text=True, env=env(), timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1
+    said = f"run_local: no make run is running with its sockets in {tmp_path}"
+    assert done.stderr.startswith(said)
+    assert done.stderr.count("\n") == 1
+    # A stale state file whose pid is another process's now: that one is not signalled.
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        state = {"pid": sleeper.pid, "broker": "lite", "broker_up": True}
+        (tmp_path / "run_local.json").write_text(json.dumps(state))
+        done = subprocess.run(
+            [sys.executable, str(SCRIPT), "broker", "stop", "--run", str(tmp_path)],
+            capture_output=True, text=True, env=env(), timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 1 and done.stderr.startswith(said)
+        assert sleeper.poll() is None  # SIGUSR1 would have ended it
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_make_run_passes_the_ports_and_a_second_copy_gets_its_own_directories() -> None:
+    make = subprocess.run(
+        ["make", "-n", "--no-print-directory", "run", "broker-stop", "BROKER_PORT=6660",
+         "METRICS_PORT=9091", "RUN_ARGS=--web-port 8090"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert make.returncode == 0, make.stderr
+    assert "examples/run_local.py --broker lite --broker-port 6660 --metrics-port 9091 " \
+        "--web-port 8090" in " ".join(make.stdout.split())  # fmt: skip
+    assert "examples/run_local.py broker stop --broker-port 6660" in make.stdout
+    args = run_local.parse_args(["--broker-port", "6660"])
+    assert (args.data, args.run) == (str(ROOT / "data-6660"), str(ROOT / "run-6660"))
+    args = run_local.parse_args([])
+    assert (args.data, args.run) == (str(ROOT / "data"), str(ROOT / "run"))
+
+
 def test_taken_ports_are_refused_in_one_line_naming_the_holder(tmp_path: Path) -> None:
     with socket.socket() as broker_port, socket.socket() as metrics_port:
         for sock in (broker_port, metrics_port):
@@ -223,14 +329,18 @@ def test_taken_ports_are_refused_in_one_line_naming_the_holder(tmp_path: Path) -
 
         run = launch(tmp_path, *ports)
         assert run.process.wait(30) == 1
-        assert run.err.read_text() == (
+        said = run.err.read_text()
+        assert said.startswith(
             f"run_local: not starting: port {ports[0]} (the broker) is taken by {holder}; "
-            f"port {ports[1]} (metrics) is taken by {holder}\n"
+            f"port {ports[1]} (metrics) is taken by {holder}; other ports: make run "
+            f"BROKER_PORT="
         )
+        assert said.count("\n") == 1 and " METRICS_PORT=" in said
 
         run = launch(tmp_path, ports[0], free_port())
         assert run.process.wait(30) == 1
         assert "(metrics)" not in run.err.read_text()
+        assert "METRICS_PORT" not in run.err.read_text()  # only what must change
     assert not (tmp_path / "data").exists()  # nothing was started
 
 

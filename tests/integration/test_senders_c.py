@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from to_pulsar import encode_any_partition, encode_partition_key
+from to_pulsar import InvalidMessageError, encode_any_partition, encode_partition_key
+from to_pulsar.topics import full_topic_name
 
 from tests.support.consume import consume
 from tests.support.processes import ROOT, Broker
+from tests.support.topic_names import topic_names
 
 C_DIR = ROOT / "examples" / "c"
 CFLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-O2"]
@@ -129,10 +131,36 @@ int main(int argc, char **argv)
 ERR_INVALID, ERR_TOO_LARGE, ERR_UNAVAILABLE, ERR_AGAIN = -1, -2, -3, -4
 
 
+# One topic name per line, hex-encoded; prints to_pulsar_check_topic()'s answer for each.
+TOPICS_C = r"""
+#include "to_pulsar.h"
+#include <stdio.h>
+#include <string.h>
+
+int main(void)
+{
+    static char line[70000], name[35000];
+    while (fgets(line, sizeof line, stdin) != NULL) {
+        size_t n = strlen(line) / 2, i;
+        unsigned int byte;
+        for (i = 0; i < n; i++) {
+            sscanf(line + 2 * i, "%2x", &byte);
+            name[i] = (char)byte;
+        }
+        printf("%d\n", to_pulsar_check_topic(name, n));
+    }
+    return 0;
+}
+"""
+
+ERR_BAD_TOPIC = -6
+
+
 @dataclass
 class Build:
     cli: Path
     check: Path
+    topics: Path
 
 
 @pytest.fixture(scope="module")
@@ -149,10 +177,14 @@ def build(tmp_path_factory: pytest.TempPathFactory) -> Build:
         )
         assert result.returncode == 0, result.stderr
 
+    (out / "topics.c").write_text(TOPICS_C)
     compile_("-c", "-o", out / "to_pulsar.o", C_DIR / "to_pulsar.c")
-    compile_("-o", out / "to_pulsar_send", C_DIR / "to_pulsar_send.c", out / "to_pulsar.o")
-    compile_("-o", out / "check", out / "check.c", out / "to_pulsar.o")
-    return Build(cli=out / "to_pulsar_send", check=out / "check")
+    compile_("-c", "-o", out / "to_pulsar_topic.o", C_DIR / "to_pulsar_topic.c")
+    objects = [out / "to_pulsar.o", out / "to_pulsar_topic.o"]
+    compile_("-o", out / "to_pulsar_send", C_DIR / "to_pulsar_send.c", *objects)
+    compile_("-o", out / "check", out / "check.c", *objects)
+    compile_("-o", out / "topics", out / "topics.c", *objects)
+    return Build(cli=out / "to_pulsar_send", check=out / "check", topics=out / "topics")
 
 
 def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -176,6 +208,11 @@ def test_makefile_builds(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "to_pulsar_send").is_file()
     assert (tmp_path / "libto_pulsar.a").is_file()
+    # Built in the checkout (plain `make` there), each file it makes is ignored by git.
+    if shutil.which("git") is not None and (ROOT / ".git").exists():
+        for built in sorted(path.name for path in tmp_path.iterdir()):
+            ignored = run("git", "-C", ROOT, "check-ignore", "-q", f"examples/c/{built}")
+            assert ignored.returncode == 0, f"examples/c/{built} is not in .gitignore"
 
 
 def test_encoder_matches_python(build: Build) -> None:
@@ -242,6 +279,38 @@ def test_error_codes(build: Build, sock_path: Path) -> None:
     for bad in (["t"], ["t", "v", "k", "4294967296"], ["", "v"], ["t", "v", "k", "x"]):
         usage = run(build.cli, sock_path, *bad)
         assert usage.returncode == 2, (bad, usage.stderr)
+
+
+def test_the_topic_check_is_the_daemons_rule(build: Build) -> None:
+    """to_pulsar_check_topic() accepts exactly the names the daemon does (the Python
+    sender's copy of its rule, itself held to the daemon's by a property test)."""
+    names = topic_names()
+    done = subprocess.run(
+        [str(build.topics)], input="".join(f"{n.hex()}\n" for n in names),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    answers = [int(line) for line in done.stdout.splitlines()]
+    expected = []
+    for name in names:
+        try:
+            full_topic_name(name)
+            expected.append(0)
+        except InvalidMessageError:
+            expected.append(ERR_BAD_TOPIC)
+    assert dict(zip(names, answers, strict=True)) == dict(zip(names, expected, strict=True))
+
+
+def test_a_bad_topic_is_refused_before_it_is_sent(
+    build: Build, sock_path: Path, receiver: socket.socket
+) -> None:
+    """``'my topic'`` was sent (exit 0) and discarded by the daemon as bad_topic."""
+    cli = run(build.cli, sock_path, "my topic", "v")
+    assert cli.returncode == 2
+    assert cli.stderr.startswith("to_pulsar_send: error: 'my topic': invalid topic: expected t, ")
+    assert len(cli.stderr.splitlines()) == 1
+    receiver.settimeout(0)
+    with pytest.raises(BlockingIOError):
+        receiver.recv(65536)  # nothing was sent
 
 
 def test_queue_full_and_too_large(build: Build, sock_path: Path, receiver: socket.socket) -> None:

@@ -10,10 +10,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from to_pulsar import encode_any_partition, encode_partition_key
+from to_pulsar import InvalidMessageError, encode_any_partition, encode_partition_key
+from to_pulsar.topics import full_topic_name
 
 from tests.support.consume import consume
 from tests.support.processes import ROOT, Broker
+from tests.support.topic_names import topic_names
 
 PERL_DIR = ROOT / "examples" / "perl"
 SEND_PL = PERL_DIR / "to_pulsar_send.pl"
@@ -104,6 +106,48 @@ def test_errors_die_with_a_clear_message(sock_path: Path) -> None:
     assert send_pl(sock_path, "", "v").returncode == 2
     assert send_pl(sock_path, "t", "v", "", "nope").returncode == 2
     assert send_pl(sock_path, "t").returncode == 2
+
+
+def test_the_topic_check_is_the_daemons_rule() -> None:
+    """ToPulsar::check_topic accepts exactly the names the daemon does (the Python
+    sender's copy of its rule, itself held to the daemon's by a property test)."""
+    names = topic_names()
+    script = r"""
+        while (my $hex = <STDIN>) {
+            chomp $hex;
+            print eval { ToPulsar::check_topic(pack('H*', $hex)); 1 } ? "ok\n" : "bad\n";
+        }
+    """
+    assert PERL is not None
+    done = subprocess.run(
+        [PERL, "-I", str(PERL_DIR), "-MToPulsar", "-we", script],
+        input="".join(f"{n.hex()}\n" for n in names).encode(), capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    expected = []
+    for name in names:
+        try:
+            full_topic_name(name)
+            expected.append("ok")
+        except InvalidMessageError:
+            expected.append("bad")
+    answers = done.stdout.decode().splitlines()
+    assert dict(zip(names, answers, strict=True)) == dict(zip(names, expected, strict=True))
+
+
+def test_a_bad_topic_is_refused_before_it_is_sent(sock_path: Path, receiver: socket.socket) -> None:
+    """``'my topic'`` was sent (exit 0) and discarded by the daemon as bad_topic."""
+    cli = send_pl(sock_path, "my topic", "v")
+    assert cli.returncode == 2
+    assert cli.stderr == (
+        "to_pulsar_send.pl: error: invalid topic 'my topic': the topic's own name must be "
+        "non-empty, without whitespace or control characters\n"
+    )
+    died = perl("ToPulsar->new($ARGV[0])->send_any('a/b/c/d', 'v')", sock_path)
+    assert died.stderr.decode().startswith("ToPulsar: invalid topic 'a/b/c/d': expected t, ")
+    receiver.settimeout(0)
+    with pytest.raises(BlockingIOError):
+        receiver.recv(65536)  # nothing was sent
 
 
 def test_queue_full_and_too_large(sock_path: Path, receiver: socket.socket) -> None:

@@ -335,8 +335,13 @@ def test_schema_and_options_are_checked_before_any_task(spark: Any, tmp_path: Pa
     ok = spark.range(3).selectExpr("'v' AS value")
     assert "no topic" in save(ok)
     assert "flushTimeoutMs must be a positive number" in save(ok, topic="t", flushTimeoutMs="x")
-    # A good schema with no daemon on the host fails in the task, saying where it looked.
-    assert f"no daemon listening on stream socket {missing}" in save(ok, topic="t")
+    # A good schema with no daemon on the host fails, saying where it looked: with this local
+    # master when Spark plans the write, before any task (it was a task failure after the
+    # flush timeout, 150 lines of Spark's logs around it), in one frame of traceback.
+    said = save(ok, topic="t")
+    assert f"no daemon listening on stream socket {missing}" in said
+    assert "Failed to initialize Python data source writer" in said
+    assert "to_pulsar: checking the daemon on " in said and len(said.splitlines()) <= 6
 
 
 def test_spark_replay_example(

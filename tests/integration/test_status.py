@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -13,7 +14,7 @@ import pytest
 from pulsar_bruce import __version__
 from pulsar_bruce.native import INTAKE
 
-from tests.support.processes import ROOT, Broker, wait_for
+from tests.support.processes import ROOT, Broker, free_port, port_open, wait_for
 
 pytestmark = pytest.mark.broker
 
@@ -139,3 +140,48 @@ def test_status_with_config_reads_that_daemon_and_says_so(
     assert "    malformed  AAAAIGdhcmJhZ2U=" in rest
     [line] = [x for x in daemon.log().splitlines() if "as malformed" in x]
     assert "discarded " in line and "newest sample, first bytes in base64: AAAAIGdhcmJhZ2U=" in line
+
+
+def test_after_sighup_status_reads_the_address_the_running_daemon_uses(tmp_path: Path) -> None:
+    """A changed global option (``metrics_listen``) is named at SIGHUP as needing a
+    restart, and ``pulsar-bruce --config FILE status`` still reads the running daemon
+    (the file's new address has nobody on it), saying so; once it stops, nothing is left."""
+    old_port, new_port = free_port(), free_port()
+    sock = tmp_path / "bruce.sock"
+    config = tmp_path / "bruce.toml"
+    settings = f'socket = "{sock}"\nservice_url = "pulsar://127.0.0.1:9"\n'
+    config.write_text(f'{settings}metrics_listen = "127.0.0.1:{old_port}"\n')
+    log = tmp_path / "daemon.log"
+    with log.open("wb") as out:
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "pulsar_bruce", "--config", str(config)],
+            stdout=out, stderr=out, env=ENV,
+        )  # fmt: skip
+    try:
+        written = tmp_path / "bruce.status-url"
+        wait_for(lambda: written.exists() and port_open(old_port), 30, "the daemon to start")
+        assert written.read_text() == f"http://127.0.0.1:{old_port}/status\n"
+        config.write_text(f'{settings}metrics_listen = "127.0.0.1:{new_port}"\n')
+        daemon.send_signal(signal.SIGHUP)
+        wait_for(lambda: "per-topic settings reloaded" in log.read_text(), 30, "the reload")
+        assert (
+            "SIGHUP: changed, but applied only by a restart: metrics_listen; the daemon goes "
+            "on with the values it started with (pulsar-bruce status reads the running one)"
+        ) in log.read_text()
+        result = cli("--config", str(config), "status", "--interval", "0")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith(
+            f"pulsar-bruce {__version__} at http://127.0.0.1:{old_port}/"
+        )
+        assert result.stderr == (
+            f"pulsar-bruce: note: the daemon on {sock} serves its status at "
+            f"http://127.0.0.1:{old_port}/status; the configuration says "
+            f"http://127.0.0.1:{new_port}/status, which a restart applies\n"
+        )
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(60) == 0
+        assert not written.exists()
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait(30)

@@ -36,6 +36,12 @@ def test_rate_limit_and_max_size_per_topic(tmp_path: Path, broker: Broker, start
     name = f"persistent://public/default/{limited}"
     key = f'pulsar_bruce_topic_discarded_total{{reason="rate_limited",topic="{name}"}}'
     assert samples[key] == 15
+    # The log says so too, in one line for the topic (a user watching stderr saw nothing).
+    said = f"topic {name}: discarded 15 messages as rate_limited in the last "
+    wait_for(lambda: said in daemon.log(), 10, "the rate_limited line")
+    line = next(line for line in daemon.log().splitlines() if said in line)
+    assert "(its rate limit: rate_limit_messages 10 per rate_limit_interval_s 3600)" in line
+    assert daemon.log().count("as rate_limited") == 1
 
 
 def test_sighup_reloads_per_topic_settings_without_dropping(

@@ -144,7 +144,47 @@ def test_too_large_is_one_line_error(sock_path: Path, receiver: socket.socket) -
     result = run_cli(
         "--socket-path", str(sock_path), "--topic", "t", "--stdin", stdin=b"x" * 1_000_000
     )
-    assert "too large" in assert_one_line_error(result, 1)
+    said = assert_one_line_error(result, 1)
+    assert "message of 1000029 bytes is too large to send as one datagram (the OS takes " in said
+    if sys.platform.startswith("linux"):  # the limit, as a number
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as probe:
+            limit = probe.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) - 32
+        assert f"(the OS takes {limit} bytes here)" in said
+    assert said.endswith("StreamSender, or to_pulsar --confirm\n")  # the way round it
+
+
+def test_a_directory_is_not_the_socket(sock_path: Path) -> None:
+    """``--socket-path ./run`` (make run's directory) said only "Connection refused"."""
+    directory = sock_path.parent
+    result = run_cli("--socket-path", str(directory), "--topic", "t", "--value", "v")
+    assert assert_one_line_error(result, 1) == (
+        f"to_pulsar: error: {directory} is a directory, not the daemon's socket: name the "
+        f"socket in it ({directory}/bruce.sock where make run or systemd put it)\n"
+    )
+
+
+def test_the_stream_socket_is_not_the_datagram_socket(tmp_path: Path, sock_path: Path) -> None:
+    """The daemon's other socket said only "Protocol wrong type for socket"."""
+    stream_path = sock_path.with_name("bruce.stream.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stream:
+        stream.bind(str(stream_path))
+        stream.listen()
+        result = run_cli("--socket-path", str(stream_path), "--topic", "t", "--value", "v")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as datagram:
+            datagram.bind(str(sock_path))
+            confirm = run_cli(
+                "--confirm", "--stream-socket-path", str(sock_path), "--topic", "t", "--value", "v"
+            )
+    assert assert_one_line_error(result, 1) == (
+        f"to_pulsar: error: {stream_path} is a stream socket (the daemon's for confirmed "
+        f"delivery: StreamSender, to_pulsar --confirm); datagrams go to "
+        f"{sock_path.with_name('bruce.sock')}\n"
+    )
+    assert assert_one_line_error(confirm, 1) == (
+        f"to_pulsar: error: {sock_path} is a datagram socket (the daemon's --socket); "
+        f"confirmed delivery goes to its stream socket, "
+        f"{str(sock_path).removesuffix('.sock')}.stream.sock by default\n"
+    )
 
 
 @pytest.mark.parametrize(

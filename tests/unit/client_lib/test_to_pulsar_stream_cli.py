@@ -80,7 +80,9 @@ def test_no_confirmation_in_time_exits_1(fake: FakeStreamDaemon) -> None:
     assert result.returncode == 1
     assert result.stderr == (
         "to_pulsar: error: no confirmation from the daemon within 0.3 s "
-        "(1 of 1 message unconfirmed)\n"
+        "(1 of 1 message unconfirmed): the broker has not acknowledged them (is it down? "
+        "`pulsar-bruce status` shows the daemon's connections); the daemon keeps them and "
+        "delivers them once it can, so sending them again may duplicate them\n"
     )
 
 
