@@ -21,6 +21,9 @@ from pulsar_bruce.producer.partition_producer import BatchPolicy
 from tests.support.fakes_asyncio import FakeClock, FakePool, until
 from tests.unit.daemon.producer.helpers import PRODUCER_ID, TOPIC, Rig, run_connected, sent_ids
 
+#: ``MessageDupUnknownException``'s text in the broker's ``PersistenceError``.
+DUP_UNKNOWN = "[t][edge-1]Cannot determine whether the message is a duplicate at this time"
+
 
 def run(test: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(test())
@@ -403,3 +406,27 @@ def test_stop_cancels_timers_and_leaves_the_producer_disconnected() -> None:
         assert rig.pool.connection.sends == []
 
     run(test)
+
+
+def test_a_broker_still_persisting_an_earlier_write_spends_no_attempt_and_is_waited_for() -> None:
+    """``MessageDupUnknownException`` for a batch written before (a bookie stalled past the
+    receipt timeout, issue 36 point 5): not one of ``--max-send-attempts``, and the producer
+    is re-created after a growing wait, not at once (each re-creation succeeds)."""
+
+    async def body(rig: Rig) -> None:
+        rig.seal(1)
+        head = rig.producer.pending[0]
+        head.send_attempts += 1  # an earlier write of it, lost with its connection
+        unknown = pb.CommandSendError(producer_id=PRODUCER_ID, sequence_id=0,
+                                      error=pb.PersistenceError, message=DUP_UNKNOWN)  # fmt: skip
+        rig.driver.on_send_error(unknown)
+        assert rig.producer.closing and head.failed_sends == 0
+        assert rig.listener.discarded == []
+        waits = [rig.driver._retry_delay() for _ in range(1)]
+        for _ in range(4):
+            rig.driver._riding_out = True  # as on_send_error sets it, each time again
+            waits.append(rig.driver._retry_delay())
+        assert 0.4 <= waits[0] <= 0.5 and waits == sorted(waits) and 4.0 <= waits[-1] <= 5.0
+        assert rig.driver._retry_delay() <= 0.1  # anything else: the usual short wait
+
+    run_connected(body, delivery=DeliveryPolicy(max_send_attempts=1))
