@@ -51,6 +51,9 @@ class BrokerAnswers:
     def _ride_out(self, reason: str) -> None:
         raise NotImplementedError
 
+    def _confirmed(self) -> None:
+        """A receipt confirmed a batch (the driver's backoff starts over)."""
+
     def on_receipt(self, receipt: pb.CommandSendReceipt) -> None:
         producer = self.producer
         match, batch = producer.on_receipt(receipt.sequence_id)
@@ -61,6 +64,7 @@ class BrokerAnswers:
                     producer.pending[0] if producer.in_flight else None,
                 )
             return
+        self._confirmed()
         reason = unstored_reason(producer.topic, receipt, batch)
         if reason != reasons.BROKER_DROPPED and producer.exactly_once and answered_duplicate(
             receipt

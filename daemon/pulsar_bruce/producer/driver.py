@@ -198,6 +198,13 @@ class ProducerDriver(Recreation, BrokerAnswers):
         self._not_yet_known.reset()
         return self._retry.next_delay(True)
 
+    def _confirmed(self) -> None:
+        """A receipt: the producer works again, so the next failure is retried soon.  Not at
+        registration: a broker that registers the producer and closes it again (a fenced
+        topic while its bookie stalls) would have everything resent every 0.1 s."""
+        self._retry.reset()
+        self._not_yet_known.reset()
+
     def _ride_out(self, reason: str) -> None:
         """The broker cannot tell yet whether a resend is a duplicate: not an attempt spent
         (no ``--max-send-attempts``); re-created after a growing wait, until it can."""
@@ -257,7 +264,8 @@ class ProducerDriver(Recreation, BrokerAnswers):
         producer.limit_batch_bytes(self.topic_batch_limit)
         self.connection = connection
         self._epoch += 1
-        self._retry.reset()
+        if not producer.pending:
+            self._retry.reset()  # else once a receipt shows the broker takes them (_confirmed)
         self.availability.ready()
         self._at_limit = False
         if self.rejected is not None:

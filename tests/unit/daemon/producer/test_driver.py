@@ -430,3 +430,26 @@ def test_a_broker_still_persisting_an_earlier_write_spends_no_attempt_and_is_wai
         assert rig.driver._retry_delay() <= 0.1  # anything else: the usual short wait
 
     run_connected(body, delivery=DeliveryPolicy(max_send_attempts=1))
+
+
+def test_a_broker_that_closes_the_producer_again_before_any_receipt_is_retried_less_often() -> None:
+    """A fenced topic while its bookie stalls: the broker registers the producer and closes it
+    again.  The backoff starts over only once a receipt shows the broker takes the batches,
+    not at each registration (it resent everything every 0.1 s: 600 re-creations in 45 s)."""
+
+    async def body(rig: Rig) -> None:
+        rig.seal(1)
+        connection = rig.pool.connection
+        def created(times: int) -> Callable[[], bool]:
+            kinds = lambda: [r.type for r in connection.requests]  # noqa: E731
+            return lambda: kinds().count(pb.BaseCommand.PRODUCER) == times
+
+        for times in range(2, 6):
+            connection.close_producer(PRODUCER_ID)
+            await until(created(times), "the producer created again")
+        assert rig.driver._retry._answered._next >= 1.0  # 0.1, 0.2, 0.4, 0.8: not reset
+        connection.receipt(PRODUCER_ID, 0)
+        await until(lambda: rig.listener.acked, "the receipt")
+        assert rig.driver._retry_delay() <= 0.1
+
+    run_connected(body)
