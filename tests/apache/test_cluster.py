@@ -404,8 +404,10 @@ def test_a_bookie_stalled_longer_than_the_receipt_timeout_costs_nothing(
 ) -> None:
     """The bookie stops answering (SIGSTOP: a stalled disk, a long GC pause) for longer than the
     receipt timeout, then goes on: the brokers' writes stay pending meanwhile, and the daemon's
-    re-created producers meet them (``MessageDupUnknownException`` while a write is pending).
-    Everything is stored once in the end, and nothing is counted lost."""
+    re-created producers meet them (in these runs the brokers fenced the topics and closed the
+    producers again and again; a resend may also be answered ``PersistenceError`` while the
+    earlier write is pending, ``MessageDupUnknownException``).  Everything is stored once in
+    the end, and nothing is counted lost."""
     cluster = whole_cluster
 
     def stall() -> None:
