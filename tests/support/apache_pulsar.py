@@ -263,6 +263,23 @@ class AdminError(Exception):
     def __init__(self, status: int, body: str):
         super().__init__(f"HTTP {status}: {body[:300]}")
         self.status = status
+        self.body = body
+
+
+#: What a broker answers (HTTP 412, 500 or 503) while a bundle is being unloaded, split or
+#: loaded, seen under load: ``Namespace bundle public/ns/0x20000000_0x40000000 is being
+#: unloaded`` (500), and, for a namespace unload right after a split, ``Invalid upper boundary
+#: for bundle ...0x00000000_0x40000000. Expected upper boundary of ...0x00000000_0x20000000``
+#: (412: the broker's bundle cache still had the bundles before the split).  The same call
+#: succeeds once that is over.
+BUSY = (
+    "is being unloaded",
+    "Please redo the lookup",
+    "not served by this instance",
+    "Invalid upper boundary for bundle",
+)
+#: How long a call is retried while the bundle is busy.
+BUSY_TIMEOUT_S = 60.0
 
 
 def serving(admin: Admin, port: int, web_port: int) -> bool:
@@ -293,6 +310,33 @@ class Admin:
         self.cluster = cluster
 
     def call(self, method: str, path: str, body: Any = None) -> str:
+        """One REST call.  A change (any method but GET) is retried while the broker answers
+        that the bundle is between owners or splits (:data:`BUSY`), for up to
+        :data:`BUSY_TIMEOUT_S`, as a ``pulsar-admin`` user would: an unload or a split still
+        under way makes the next change on that bundle fail until it is over (seen on a loaded
+        machine).  Reads are not: their callers poll them (readiness, stats)."""
+        if method == "GET":
+            return self._call_once(method, path, body)
+        outcome: list[str] = []
+        last: list[AdminError] = []
+
+        def answered() -> bool:
+            try:
+                outcome.append(self._call_once(method, path, body))
+            except AdminError as exc:
+                if exc.status not in (412, 500, 503) or not any(t in exc.body for t in BUSY):
+                    raise
+                last[:] = [exc]
+                return False
+            return True
+
+        try:
+            wait_for(answered, BUSY_TIMEOUT_S, f"{method} {path} to be answered")
+        except ProcessError:
+            raise last[0] from None
+        return outcome[0]
+
+    def _call_once(self, method: str, path: str, body: Any) -> str:
         """One REST call; a broker that does not own the bundle answers 307 with the owner's
         address, followed here with the same method and body (urllib follows GETs only)."""
         data = None if body is None else json.dumps(body).encode()

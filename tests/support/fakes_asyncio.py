@@ -219,8 +219,12 @@ class FakeBrokerConnection:
         last_sequence_id: int = -1,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         errors: deque[BaseException] | None = None,
+        unanswered: frozenset[int] = frozenset(),
     ) -> None:
+        """``unanswered``: command types the broker never answers (a request of one times out
+        after its ``timeout``, or waits for ever without one)."""
         self.address = address
+        self.unanswered = unanswered
         self.core = SimpleNamespace(max_message_size=max_message_size)
         self.last_sequence_id = last_sequence_id
         self.errors: deque[BaseException] = deque() if errors is None else errors
@@ -251,6 +255,8 @@ class FakeBrokerConnection:
         (decoded,) = decode_frames(frame)
         command = decoded.command
         self.requests.append(command)
+        if command.type in self.unanswered:
+            await asyncio.wait_for(asyncio.Event().wait(), timeout)
         await asyncio.sleep(0)  # the answer comes on a later turn, as from a broker
         if self.errors:
             raise self.errors.popleft()

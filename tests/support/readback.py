@@ -57,11 +57,14 @@ class SteadySender(threading.Thread):
         self.sent: list[bytes] = []
         self.error: BaseException | None = None
         self.stop_sending = threading.Event()
+        #: The sender it opened (to ask it afterwards, e.g. a :class:`ClientSender`'s failures).
+        self.opened: Sends | None = None
 
     def run(self) -> None:
         start = time.monotonic()
         try:
             with self.open_sender() as sender:
+                self.opened = sender
                 for i in range(self.count):
                     delay = start + i / self.rate - time.monotonic()
                     # pacing, not synchronisation: the stop event ends the wait early

@@ -7,17 +7,19 @@ URL, follow ``Redirect`` answers (carrying ``authoritative`` along) up to
 connecting to the service URL with ``proxy_to_broker_url`` set.  Every lookup
 names the advertised listener, when one is configured.  A topic that migrated
 to another cluster is looked up at that cluster's service URL instead.  A
-service URL naming several brokers is tried host after host: one broker down
-does not fail a lookup while another answers.
+service URL naming several brokers is tried host after host, each lookup in an
+order of its own, a host that refused set aside for a while
+(``service_hosts.py``): one broker down does not fail a lookup while another
+answers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import ssl
-from collections.abc import Iterator
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -29,6 +31,7 @@ from pulsar_bruce.connection.broker_connection import (
     open_connection,
 )
 from pulsar_bruce.connection.protocol import ConnectionCore
+from pulsar_bruce.connection.service_hosts import ServiceHosts, ServiceUnreachable
 from pulsar_bruce.frame import commands
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.model.service_url import ServiceUrl
@@ -67,9 +70,12 @@ class ConnectionPool:
         auth_data: bytes | None = None,
         auth: AuthProvider | None = None,
         advertised_listener: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
+        """``clock``: now, in seconds, for how long a refusing service host is set aside."""
         self.service = ServiceUrl.parse(service_url)
-        self._service_hosts = itertools.cycle(self.service.hosts)
+        self._clock = clock
+        self._service_hosts = ServiceHosts(self.service.hosts, clock)
         self._ssl_context = ssl_context
         if self.service.tls and ssl_context is None:
             self._ssl_context = ssl.create_default_context()
@@ -79,39 +85,50 @@ class ConnectionPool:
         self._auth = auth
         #: Sent in every lookup: which of the brokers' listeners (addresses) to answer with.
         self.advertised_listener = advertised_listener or None
-        self._clusters: dict[str, tuple[ServiceUrl, Iterator[tuple[str, int]]]] = {}
+        self._clusters: dict[str, tuple[ServiceUrl, ServiceHosts]] = {}
         self._connections: dict[BrokerAddress, BrokerConnection] = {}
         self._connecting: dict[BrokerAddress, asyncio.Task[BrokerConnection]] = {}
 
     # -- connections --------------------------------------------------------------
 
     def service_address(self) -> BrokerAddress:
-        host, port = next(self._service_hosts)
-        return BrokerAddress(self.service.url_for(host, port))
+        """The host of the service URL the next lookup asks first."""
+        return BrokerAddress(self.service.url_for(*self._service_hosts.order()[0]))
 
-    def _cluster(self, url: str) -> BrokerAddress:
-        """Another cluster's service URL, its hosts taken in turn like ours."""
-        if url not in self._clusters:
-            cluster = ServiceUrl.parse(url)
-            self._clusters[url] = (cluster, itertools.cycle(cluster.hosts))
-        cluster, hosts = self._clusters[url]
-        return BrokerAddress(cluster.url_for(*next(hosts)))
+    def _hosts(self, cluster_url: str | None) -> tuple[ServiceUrl, ServiceHosts]:
+        """Our service URL's hosts, or another cluster's (a topic migrated there)."""
+        if cluster_url is None:
+            return self.service, self._service_hosts
+        if cluster_url not in self._clusters:
+            cluster = ServiceUrl.parse(cluster_url)
+            self._clusters[cluster_url] = (cluster, ServiceHosts(cluster.hosts, self._clock))
+        return self._clusters[cluster_url]
 
     async def _service_connection(
         self, cluster_url: str | None = None
     ) -> tuple[BrokerAddress, BrokerConnection]:
-        """A connection to a host of the service URL (``cluster_url``'s, if given), trying
-        each host once before the last one's failure is raised."""
-        hosts = self.service.hosts if cluster_url is None else ServiceUrl.parse(cluster_url).hosts
-        for attempt in range(len(hosts)):
-            address = self.service_address() if cluster_url is None else self._cluster(cluster_url)
+        """A connection to a host of the service URL (``cluster_url``'s, if given): every host
+        asked at most once, in this call's own order (``ServiceHosts.order``), so concurrent
+        lookups never use up each other's hosts.  None reachable: :class:`ServiceUnreachable`,
+        or the last host's refusal of our ``Connect`` (its text names the broker's error)."""
+        service, hosts = self._hosts(cluster_url)
+        failures: list[str] = []
+        last: Exception | None = None
+        for host in hosts.order():
+            address = BrokerAddress(service.url_for(*host))
             try:
-                return address, await self.get(address)
+                connection = await self.get(address)
             except (OSError, ConnectionClosedError) as exc:
-                if attempt == len(hosts) - 1:
-                    raise
+                hosts.refused(host)
+                failures.append(f"{address.url}: {exc or type(exc).__name__}")
+                last = exc
                 log.debug("service host %s: %s; trying the next", address.url, exc)
-        raise AssertionError("a service URL has at least one host")
+                continue
+            hosts.answered(host)
+            return address, connection
+        if isinstance(last, ConnectionClosedError):
+            raise last
+        raise ServiceUnreachable(f"no host of the service URL answers ({'; '.join(failures)})")
 
     @staticmethod
     def assigned_address(url: str, previous: BrokerAddress | None) -> BrokerAddress:

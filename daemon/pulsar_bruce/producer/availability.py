@@ -4,10 +4,16 @@ Bruce fails a PartitionKey message over to the next partition only when its own
 is *unavailable*.  A producer still being created, or re-created after an unload
 (the cluster answers "not served here yet" for a moment), is not: its messages
 wait for it and keep their partition.  It becomes unavailable once an attempt
-to reach it finds no broker (its broker died, the service URL does not answer)
-or is refused for good, or once it has been away for the grace; it is available
-again as soon as its producer is ready.  The edge passes its event loop in for
-the one timer.
+to reach it finds no broker (its broker died, no host of the service URL
+answers) or is refused for good, or once it has been away for the grace; it is
+available again as soon as its producer is ready.
+
+Every way of being away starts the grace: a new producer's first attempt, a
+producer paused to be closed and re-created on its connection (the close alone
+may take ``--receipt-timeout-s``), a lost connection, and a connection or
+producer the broker closed while we created it (an unload, a rolling restart:
+the broker was reached, so that is no sign the partition cannot be).  The edge
+passes its event loop in for the one timer.
 """
 
 from __future__ import annotations

@@ -112,6 +112,9 @@ class ProducerDriver(Recreation, BrokerAnswers):
         self._riding_out = False
         #: This attempt's lookup named the owner (a failure to reach it is the cluster's answer).
         self._owner_named = False
+        #: This attempt reached the owner: a connection closed after that (an unload, a restart)
+        #: is no sign that the partition cannot be reached.
+        self._reached = False
         self._loop = asyncio.get_running_loop()
         self.availability = Availability(producer, self.delivery.failover_grace_s, self._loop)
         self.send_timeout = SendTimeout(
@@ -125,6 +128,7 @@ class ProducerDriver(Recreation, BrokerAnswers):
     # -- lifecycle ------------------------------------------------------------------
 
     def start(self) -> None:
+        self.availability.away()  # the first attempt gets the grace too
         self._task = self._loop.create_task(self._run(), name=f"producer {self.producer.topic}")
 
     async def stop(self) -> None:
@@ -168,7 +172,7 @@ class ProducerDriver(Recreation, BrokerAnswers):
         producer = self.producer
         refusal, error = creation_refusal(exc)
         delay = self._retry.next_delay(answered(exc, self._owner_named))
-        if refusal is Refusal.PERMANENT or unreachable(exc):
+        if refusal is Refusal.PERMANENT or (unreachable(exc) and not self._reached):
             self.availability.unreachable(f"{exc or type(exc).__name__}")
         else:
             self.availability.away()
@@ -214,7 +218,7 @@ class ProducerDriver(Recreation, BrokerAnswers):
     async def _connect(self) -> None:
         producer = self.producer
         assigned, self._assigned_url = self._assigned_url, None
-        self._owner_named = False
+        self._owner_named = self._reached = False
         if assigned is not None:
             address = self.pool.assigned_address(assigned, self._address)
         else:
@@ -222,6 +226,7 @@ class ProducerDriver(Recreation, BrokerAnswers):
         self._owner_named = True
         self._address = address
         connection = await self.pool.get(address)
+        self._reached = True
         self._lost.clear()
         connection.register_producer(producer.producer_id, self)
         request_id = connection.next_request_id()

@@ -20,6 +20,7 @@ from pulsar_bruce.connection.broker_connection import (
 )
 from pulsar_bruce.frame import commands
 from pulsar_bruce.model.batch import SealedBatch
+from pulsar_bruce.producer.availability import Availability
 from pulsar_bruce.producer.faults import count_failure
 from pulsar_bruce.producer.partition_producer import PartitionProducer
 
@@ -33,6 +34,7 @@ class Recreation:
     producer: PartitionProducer
     connection: BrokerConnection | None
     receipt_timeout_s: float
+    availability: Availability
     #: Set once the connection or the producer is lost: ``_run`` starts over.
     _lost: asyncio.Event
     #: Why the producer is being closed and re-created on its connection (None: it is not).
@@ -63,6 +65,7 @@ class Recreation:
         log.warning("%s: %s; re-creating the producer", self.producer.topic, reason)
         self._recreating = reason
         self.producer.pause()
+        self.availability.away()  # the close may take receipt_timeout_s: the grace runs meanwhile
         self._lost.set()
 
     async def _close_producer(self) -> None:

@@ -25,8 +25,11 @@ from pulsar_bruce.connection.pool import (
     TopicLookupError,
 )
 from pulsar_bruce.connection.protocol import ConnectionCore
+from pulsar_bruce.connection.service_hosts import FIRST_ASIDE_S, ServiceUnreachable
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import FrameDecoder
+
+from tests.support.fakes_asyncio import FakeClock
 
 _T = pb.BaseCommand
 _Lookup = pb.CommandLookupTopicResponse
@@ -390,7 +393,7 @@ def test_a_service_host_that_is_down_is_skipped_within_one_lookup(
 ) -> None:
     """One broker of a multi-host service URL is down: lookups and metadata requests go on
     to the next host at once (the Java client's lookup picks the next host too), and fail
-    only when no host answers."""
+    only when no host answers; hosts that refused are asked last meanwhile."""
     brokers = Brokers(monkeypatch)
     brokers.scripts["c:6650"] = lookup_answer("pulsar://owner:6650")
     pool = ConnectionPool("pulsar://a:6650,b:6650,c:6650")  # a and b refuse
@@ -398,9 +401,9 @@ def test_a_service_host_that_is_down_is_skipped_within_one_lookup(
     assert [a.host for a in brokers.attempts] == ["a", "b", "c"]
     brokers.scripts.clear()
     brokers.opened[0].close()  # c goes down too
-    with pytest.raises(ConnectionRefusedError):
+    with pytest.raises(ServiceUnreachable, match="no host of the service URL answers"):
         run(pool.lookup("t"))
-    assert [a.host for a in brokers.attempts[3:]] == ["a", "b", "c"]  # each tried once
+    assert [a.host for a in brokers.attempts[3:]] == ["c", "a", "b"]  # each tried once
 
 
 def test_each_new_connection_asks_the_auth_provider_again(
@@ -432,3 +435,31 @@ def test_each_new_connection_asks_the_auth_provider_again(
         ("token", b"token-1"),
         ("token", b"token-2"),
     ]
+
+
+def test_concurrent_lookups_each_try_every_host_and_a_refusing_one_is_set_aside(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Hosts [down, up], eight partitions looked up at once (a topic's producers start
+    together): every lookup succeeds.  They used to share one walk through the hosts, so two
+    of the eight met the down host twice and failed.  The down host is then asked last while
+    it is set aside (``PulsarServiceNameResolver.markHostAvailability``), and in turn again
+    once its time is up."""
+    brokers = Brokers(monkeypatch)
+    brokers.scripts["up:6650"] = lookup_answer("pulsar://owner:6650")
+    clock = FakeClock()
+    pool = ConnectionPool("pulsar://down:6650,up:6650", clock=clock)
+
+    async def lookups(count: int) -> list[Any]:
+        topics = [f"t-partition-{i}" for i in range(count)]
+        return await asyncio.gather(*(pool.lookup(t) for t in topics), return_exceptions=True)
+
+    assert run(lookups(8)) == [BrokerAddress("pulsar://owner:6650")] * 8
+    assert [a.host for a in brokers.attempts].count("down") == 1  # one attempt, shared
+    before = len(brokers.attempts)
+    assert run(lookups(8)) == [BrokerAddress("pulsar://owner:6650")] * 8
+    assert "down" not in [a.host for a in brokers.attempts[before:]]  # set aside
+    clock.advance(FIRST_ASIDE_S)
+    before = len(brokers.attempts)
+    assert run(lookups(2)) == [BrokerAddress("pulsar://owner:6650")] * 2
+    assert [a.host for a in brokers.attempts[before:]].count("down") == 1  # asked again

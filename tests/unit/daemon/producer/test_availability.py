@@ -14,15 +14,19 @@ import logging
 import re
 
 import pytest
-from pulsar_bruce.connection.broker_connection import ConnectionClosedError, ServerError
+from pulsar_bruce.connection.broker_connection import (
+    ConnectionClosedError,
+    ProducerClosedError,
+    ServerError,
+)
 from pulsar_bruce.connection.pool import TopicLookupError
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.producer.backoff import ANSWERED_MAX_S, Retry
 from pulsar_bruce.producer.delivery import DeliveryPolicy
 from pulsar_bruce.producer.faults import answered, unreachable
 
-from tests.support.fakes_asyncio import FakePool, until
-from tests.unit.daemon.producer.helpers import LONG, Rig
+from tests.support.fakes_asyncio import FakeClock, FakePool, run_on_clock, until
+from tests.unit.daemon.producer.helpers import LONG, PRODUCER_ID, Rig
 
 NOT_READY = ServerError(pb.ServiceNotReady, "Namespace bundle is being unloaded")
 
@@ -120,6 +124,76 @@ def test_retries_stay_short_while_the_broker_answers(caplog: pytest.LogCaptureFi
     delays = [float(d) for d in re.findall(r"retrying in ([\d.]+) s", caplog.text)]
     assert len(delays) == 7
     assert max(delays) <= ANSWERED_MAX_S
+
+
+# -- the grace's gaps: every way a producer is away starts it --------------------------------
+
+
+def test_a_new_producer_that_never_gets_ready_fails_over_after_the_grace() -> None:
+    """The first attempt gets the grace too: a lookup that never answers used to leave the
+    partition available for ever, its PartitionKey messages waiting."""
+
+    async def test() -> None:
+        rig = Rig(FakePool(lookups_hang=True), grace(0.05))
+        rig.driver.start()
+        await until(lambda: not rig.producer.available, "the grace to end")
+        await rig.driver.stop()
+
+    asyncio.run(test())
+
+
+def test_a_producer_being_closed_for_re_creation_fails_over_after_the_grace() -> None:
+    """A send error closes the producer to re-create it; a broker that does not answer the
+    CloseProducer (a stalled bookie holds the writes it waits for) is given
+    ``receipt_timeout_s`` before the connection is dropped.  The grace runs from the pause,
+    not from the drop: failover 10 s after the pause, not 30 + 10 s."""
+    clock = FakeClock()
+    delivery = dataclasses.replace(LONG, receipt_timeout_s=30.0, failover_grace_s=10.0)
+
+    async def test() -> None:
+        pool = FakePool(unanswered=frozenset({pb.BaseCommand.CLOSE_PRODUCER}))
+        rig = Rig(pool, delivery, clock=clock)
+        rig.driver.start()
+        await rig.connected()
+        rig.seal(1)
+        pool.connection.send_error(PRODUCER_ID, 0, pb.PersistenceError)
+        paused = clock.now
+        assert (rig.producer.ready, rig.producer.available) == (False, True)
+        await asyncio.sleep(delivery.failover_grace_s + 0.5)  # moves the fake clock
+        assert not pool.connection.aborted, "the close is still unanswered"
+        assert clock.now - paused < delivery.receipt_timeout_s
+        assert not rig.producer.available
+        await rig.driver.stop()
+
+    run_on_clock(test(), clock)
+
+
+@pytest.mark.parametrize(
+    "closed",
+    [ConnectionClosedError("connection closed"), ProducerClosedError("producer closed")],
+    ids=["connection", "producer"],
+)
+def test_a_connection_or_producer_closed_during_creation_is_waited_for(
+    closed: Exception,
+) -> None:
+    """The broker was reached, then closed the connection or the producer while creating it
+    (an unload, a rolling restart): that is no partition out of reach, so its PartitionKey
+    messages wait through the grace; it used to fail them over at once."""
+
+    async def test() -> None:
+        pool = FakePool()
+        pool.request_errors.append(closed)
+        rig = Rig(pool, grace(3600.0))
+        states: list[bool] = []
+        rig.driver.start()
+        await until(
+            lambda: states.append(rig.producer.available) or rig.producer.ready, "created"
+        )
+        assert all(states)
+        assert len(pool.connection.requests) == 2  # the closed creation, then the producer
+        await rig.driver.stop()
+
+    asyncio.run(test())
 
 
 # -- the classification, sans-IO --------------------------------------------------------------
