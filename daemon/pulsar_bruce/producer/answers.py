@@ -63,6 +63,8 @@ class BrokerAnswers:
                     f"receipt for sequence id {receipt.sequence_id} matches no pending batch",
                     producer.pending[0] if producer.in_flight else None,
                 )
+            elif producer.queue.refused:
+                self.flush()  # the last answer a refused message in chunks waited for
             return
         self._confirmed()
         reason = unstored_reason(producer.topic, receipt, batch)
@@ -111,6 +113,9 @@ class BrokerAnswers:
         name = error_name(error.error)
         where = f"{producer.topic} (sequence id {error.sequence_id})"
         batch = producer.in_flight_batch(error.sequence_id)
+        if batch is None and producer.queue.answered_refused(error.sequence_id, stored=False):
+            self.flush()  # another chunk of a message already refused: maybe the last answer
+            return
         if batch is None:
             if 0 <= error.sequence_id < producer.next_sequence_id:
                 log.info("send error on %s: %s for a batch no longer pending", where, name)

@@ -230,6 +230,8 @@ class BatchQueue(Refusals):
         producer is ``closing``, after the broker failed one batch, the batches
         behind it may still be confirmed: any in-flight batch can match then.
         """
+        if self._refused and self.answered_refused(sequence_id, stored=True):
+            return ReceiptMatch.STALE, None
         first = self._first_unanswered()
         if first is None:
             # A receipt for a batch we gave up (send timeout) is old news, not a mismatch.

@@ -55,9 +55,13 @@ class Refusals:
 
     @property
     def releasable(self) -> bool:
-        """Every batch in flight is a refused one (the rest are answered)."""
+        """Every batch in flight is a refused one, each chunk of it answered (the rest are
+        answered: receipts count only while a batch is unanswered)."""
         pending = self._pending
-        return all(pending[i].replacement is not None for i in range(self._in_flight))
+        return all(
+            pending[i].replacement is not None and pending[i].receipts >= pending[i].frames
+            for i in range(self._in_flight)
+        )
 
     def refuse(self, batch: SealedBatch, replacement: list[SealedBatch]) -> None:
         """The broker refused the in-flight ``batch`` before deduplication saw it: it waits in
@@ -65,6 +69,7 @@ class Refusals:
         ``replacement`` (itself, or its halves, each message under its id) goes in its place."""
         assert batch.replacement is None and self.in_flight_batch(batch.sequence_id) is batch
         batch.replacement = replacement
+        batch.receipts += 1  # the refusal answers one of its frames (of a message in chunks)
         self._refused += 1
 
     def release(self) -> None:
@@ -110,11 +115,28 @@ class Refusals:
             self._stored_top = max(self._stored_top, batch.highest_sequence_id)
         return batch
 
+    def answered_refused(self, sequence_id: int, stored: bool) -> bool:
+        """An answer for another chunk of a refused message cut in chunks (True: it was one).
+        A receipt (``stored``) means that chunk was stored, the last one maybe, which
+        deduplication records: the message's id may be taken."""
+        pending = self._pending
+        for index in range(self._in_flight):
+            batch = pending[index]
+            if batch.replacement is not None and batch.sequence_id <= sequence_id <= (
+                batch.highest_sequence_id
+            ):
+                batch.receipts += 1
+                if stored:
+                    self._stored_top = max(self._stored_top, batch.highest_sequence_id)
+                return True
+        return False
+
     def _unanswered_may_be_stored(self) -> None:
         pending = self._pending
         for index in range(self._in_flight):
-            if pending[index].replacement is None:
-                self._stored_top = max(self._stored_top, pending[index].highest_sequence_id)
+            batch = pending[index]
+            if batch.replacement is None or batch.receipts < batch.frames:
+                self._stored_top = max(self._stored_top, batch.highest_sequence_id)
 
     def _remove_in_flight(self, index: int) -> SealedBatch:
         raise NotImplementedError

@@ -11,7 +11,7 @@ import pytest
 from pulsar_bruce import reasons
 from pulsar_bruce.frame.codec import DEFAULT_MAX_MESSAGE_SIZE
 
-from tests.unit.daemon.producer.test_id_machine import SettledMachine
+from tests.unit.daemon.producer.test_id_machine import FRAME_LIMITS, SettledMachine
 
 UNLIMITED = 1 << 30
 
@@ -176,3 +176,21 @@ def test_a_sender_into_a_small_topic_limit_sends_every_batch_in_halves(
     machine.nothing_stored_twice_or_counted_untrue()
     assert not machine.outcomes.discarded
     assert machine.broker.stored_ids == [(0, 4), (5, 9), (10, 14), (15, 19)]
+
+
+def test_a_message_in_chunks_refused_on_one_chunk_waits_for_the_others(
+    machine: SettledMachine,
+) -> None:
+    """Found by the model once it took chunked values: chunk 0 of a message fails its
+    checksum, chunk 1 (the last, which deduplication records) is stored.  Resent at once
+    under its id, the last chunk is a duplicate and the message is never whole, while the
+    old chunk's receipt counted for the new copy: acked, never stored."""
+    machine.mode(False, FRAME_LIMITS[0], UNLIMITED, True, 0)
+    machine.reconnect()
+    machine.add_large(seal=True)
+    machine.corrupted_on_the_way()
+    while machine.broker.queue:
+        machine.answer(answers=1)
+    machine.nothing_stored_twice_or_counted_untrue()
+    (value,) = machine.sent
+    assert machine.broker.stored[value] == 1 and machine.broker.id_of[value] == 1
