@@ -75,6 +75,8 @@ class BrokerAnswers:
         elif reason is None:
             self.listener.batch_acked(batch, self.clock() - batch.sent_at)
         else:
+            batch.refused_writes += 1  # this write stored nothing; an earlier copy may be
+            reason = reasons.given_up(reason, batch)
             self.listener.batch_discarded(batch, reason)
             level = logging.DEBUG if reason in self._unstored_logged else logging.WARNING
             self._unstored_logged.add(reason)
@@ -142,8 +144,9 @@ class BrokerAnswers:
                 self._recreate(name)
             return
         producer.refuse(batch, [batch])  # this write stored nothing; later ones may be stored
-        self.journal.refused(producer, batch)
         unknown = not_yet_known(error)
+        if not (unknown and batch.may_be_stored):  # (riding it out, it keeps its ids)
+            self.journal.refused(producer, batch)
         if unknown and batch.may_be_stored:
             log.warning("send error on %s: %s %s; the broker is still persisting an earlier "
                         "write of it: will resend once it knows", where, name,

@@ -258,6 +258,10 @@ class Journal:
                 jr.number(entry.item, batch.sequence_id, entry.partition, batch.producer_name)
             )  # ids kept from the spool or an earlier journal
             entry.numbered, entry.sent_as = batch.sequence_id, batch.producer_name
+        elif batch.sequence_id < 0 and batch.stored_before and not entry.sent_as:
+            name = "?"  # no ids, but a name: an earlier copy may be stored (see ``refused``)
+            self._out.append(jr.number(entry.item, -1, entry.partition, name))
+            entry.sent_as = name
 
     def _journal_whole(self, batch: SealedBatch, where: tuple[bytes, int]) -> JournalEntry:
         entry = batch.journal = self._new_entry(batch, *where)

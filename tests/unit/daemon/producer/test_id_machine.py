@@ -112,10 +112,12 @@ class ProducerIdsMachine(RuleBasedStateMachine):
             self.process.seal()
             self.process.flush()
 
+    @precondition(lambda self: self.broker.persistent)
     @rule(seal=st.booleans())
     def add_large(self, seal: bool) -> None:
         """A value over the smaller broker limits: cut out of its batch, sent alone in chunks
-        (each chunk answered; the last one judged by deduplication)."""
+        (each chunk answered; the last one judged by deduplication).  Not on a non-persistent
+        topic, which may drop one chunk and store the rest: not covered (docs/delivery.md)."""
         self.process.add(self._value(LARGE_VALUE))
         if seal:
             self.process.seal()
@@ -283,7 +285,7 @@ class SettledMachine(ProducerIdsMachine):
 
 TestProducerIds = SettledMachine.TestCase
 TestProducerIds.settings = settings(
-    max_examples=400, stateful_step_count=50, deadline=None, derandomize=True
+    max_examples=1000, stateful_step_count=50, deadline=None, derandomize=True
 )
 
 
