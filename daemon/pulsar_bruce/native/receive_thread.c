@@ -45,6 +45,11 @@ static int receiver_fill(Receiver *self, Slab *slab) {
     struct mmsghdr headers[PER_SLAB];
     struct iovec vectors[PER_SLAB];
     int count = 0, hangup = 0, naps = 0;
+    if (self->nap_first) {  /* the last slab was small: let this one fill first */
+        naps = NAPS;
+        struct timespec nap = {0, self->nap_ns};
+        nanosleep(&nap, NULL);
+    }
     while (count < PER_SLAB) {
         int room = PER_SLAB - count;
         pb_receiver_headers(self, slab->arena, count, room, headers, vectors);
@@ -108,6 +113,7 @@ void *pb_receiver_main(void *arg) {
         pthread_mutex_unlock(&self->lock);
         if (stopping) break;
         int count = receiver_fill(self, slab);
+        self->nap_first = self->nap_ns && count > 0 && count < PER_SLAB / 2;
         if (count == 0) continue;
         if (count < 0) break;
         pthread_mutex_lock(&self->lock);

@@ -22,12 +22,16 @@
 
 #define SLABS 4
 #define PER_SLAB 64
-/* With ``nap_us`` set, a slab less than half full when the socket runs dry waits up to
- * NAPS naps for more before it is published: under load one recvmmsg then takes tens of
- * datagrams instead of a few, and the thread, the loop and the senders wake each other
- * far less often.  Only for a deep kernel queue (the caller decides from
- * max_dgram_qlen): with the default 10 the senders would block while it naps. */
-#define NAPS 2
+/* With ``nap_us`` set (the read linger), a slab less than half full when the socket
+ * runs dry waits once, that long, for more before it is published: at a moderate rate
+ * one wake-up of the thread and one of the loop then bring tens of datagrams instead of
+ * one or two, and under load one recvmmsg takes tens instead of a few.  Only for a deep
+ * kernel queue (the caller decides from max_dgram_qlen): with the default 10 the
+ * senders would block while it naps.  After a small slab the next one naps first, not
+ * after its first datagram: at a steady moderate rate the thread then wakes once a
+ * slab (the nap's end), not twice (poll, then the nap); an empty read after the nap
+ * still waits in poll(), so an idle daemon does not wake. */
+#define NAPS 1
 
 typedef struct {
     unsigned char *arena;             /* PER_SLAB slots of slot_size bytes (virtual) */
@@ -49,6 +53,7 @@ typedef struct {
     int waiting;                      /* the thread waits for a free slab */
     int running, stopping, thread_errno;
     long nap_ns;                      /* 0: never nap */
+    int nap_first;                    /* the thread's last slab was small: nap before reading */
     int peek;                         /* read_now() peeks (SO_PEEK_OFF): the journal consumes */
     int exited;                       /* the thread ended by itself (error, hang-up) */
     unsigned long long calls, datagrams;

@@ -93,6 +93,7 @@ class Pipeline:
             intake.max_message_bytes,
             intake.admit_datagrams,
             after_slab=self.after_slab if self.journal.write_ahead else None,
+            batch_delay_ms=self.config.batch_max_delay_ms,
         )
 
     def stream_server_at(self, path: str, max_connections: int) -> StreamServer:

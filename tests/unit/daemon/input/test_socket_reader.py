@@ -18,7 +18,7 @@ from pulsar_bruce.input import socket_reader
 from pulsar_bruce.input.socket_reader import DatagramReader, ThreadedDatagramReader
 from pulsar_bruce.native import compiled
 
-from tests.support.fakes_asyncio import until
+from tests.support.fakes_asyncio import FakeClock, run_on_clock, until, until_soon
 from tests.unit.daemon.input.helpers import READERS
 
 MAX = 64
@@ -31,12 +31,17 @@ class Rig:
     reader_class: type[DatagramReader] = DatagramReader
 
     def __init__(
-        self, receiver: socket.socket, also: Callable[[bytes], None] | None = None
+        self,
+        receiver: socket.socket,
+        also: Callable[[bytes], None] | None = None,
+        linger_us: int = 0,
     ) -> None:
         self.handled: list[bytes] = []
         self.drains = 0
         self._also = also
-        self.reader = self.reader_class(receiver, self._handle, self._after_drain, MAX)
+        self.reader = self.reader_class(
+            receiver, self._handle, self._after_drain, MAX, linger_us=linger_us
+        )
 
     def _handle(self, data: bytes) -> None:
         self.handled.append(data)
@@ -170,10 +175,15 @@ def test_a_socket_systemd_owns_is_drained_but_not_shut(
     assert receiver.fileno() == -1
 
 
-def test_the_receive_thread_naps_only_for_a_deep_kernel_queue(tmp_path: Path) -> None:
-    assert socket_reader.receive_nap_us(None) == 0
-    assert socket_reader.receive_nap_us(10) == 0  # the kernel's default: senders would block
-    assert socket_reader.receive_nap_us(512) == socket_reader.NAP_US > 0
+def test_readers_linger_only_for_a_deep_kernel_queue_and_within_the_batch_delay(
+    tmp_path: Path,
+) -> None:
+    linger = socket_reader.read_linger_us
+    assert linger(None, 10) == 0
+    assert linger(10, 10) == 0  # the kernel's default: senders would block
+    assert linger(512, 10) == socket_reader.LINGER_MAX_US == 2000  # 10 ms / 5, capped
+    assert linger(512, 5) == 1000
+    assert linger(512, 0) == socket_reader.LINGER_MIN_US
     qlen = tmp_path / "max_dgram_qlen"
     qlen.write_text("512\n")
     assert socket_reader.kernel_queue_length(str(qlen)) == 512
@@ -183,18 +193,65 @@ def test_the_receive_thread_naps_only_for_a_deep_kernel_queue(tmp_path: Path) ->
             compiled.Receiver(0, 64, nap_us=-1)
 
 
+def test_a_reader_that_took_a_few_datagrams_lingers_before_it_watches_again(
+    pair: tuple[socket.socket, socket.socket], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At a moderate rate each datagram would be a wake-up of its own: after a drain that
+    took a few, the reader on the loop leaves the socket alone for ``linger_us``, then
+    takes what came meanwhile in one drain; after an empty drain it watches at once (an
+    idle daemon does not wake every linger); a stop during a linger ends it."""
+    monkeypatch.setenv(socket_reader.RECEIVE_ENV, "loop")
+    sender, receiver = pair
+    clock = FakeClock()
+    rig = Rig(receiver, linger_us=2000)
+    reader = rig.reader
+
+    async def turns(count: int) -> None:
+        for _ in range(count):
+            await asyncio.sleep(0)  # ready callbacks only: the fake clock stands still
+
+    async def test() -> None:
+        reader.start()
+        for data in (b"a", b"b", b"c"):
+            sender.send(data)
+        await until_soon(lambda: rig.handled == [b"a", b"b", b"c"], "the first drain")
+        assert reader.lingering
+        began = clock.now
+        sender.send(b"d")
+        sender.send(b"e")
+        await turns(50)
+        assert rig.handled == [b"a", b"b", b"c"]  # queued in the kernel meanwhile
+        await until(lambda: rig.handled[3:] == [b"d", b"e"], "the datagrams after the linger")
+        assert clock.now - began >= 0.002 - 1e-9
+        drains = rig.drains
+        await until(lambda: not reader.lingering, "the empty drain after the second linger")
+        assert rig.drains == drains + 1  # one drain found nothing: watching, not lingering
+        await turns(50)
+        assert not reader.lingering and rig.drains == drains + 1
+        sender.send(b"f")
+        await until_soon(lambda: rig.handled[-1:] == [b"f"], "a datagram after idling")
+        assert reader.lingering
+        reader.stop()
+        assert not reader.lingering
+        sender.send(b"g")
+        await asyncio.sleep(0.01)
+        assert rig.handled[-1:] == [b"f"]  # stopped: nothing read after the linger either
+
+    run_on_clock(test(), clock)
+
+
 @pytest.mark.parametrize("qlen", [10, 512], ids=["no-naps", "naps"])
 def test_many_datagrams_sent_while_the_loop_drains_all_arrive_in_order(
     pair: tuple[socket.socket, socket.socket], qlen: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """More datagrams than the thread's slabs hold (4 x 64), sent as fast as the
     socket takes them: every one is handled, in the order sent (with the thread's
-    naps for a fuller slab too)."""
+    naps for a fuller slab too, and the loop reader's lingers)."""
     monkeypatch.setattr(socket_reader, "kernel_queue_length", lambda: qlen)
     sender, receiver = pair
     sender.setblocking(False)
     total = 3000
-    rig = Rig(receiver)
+    rig = Rig(receiver, linger_us=socket_reader.read_linger_us(qlen, 10.0))
 
     async def test() -> None:
         rig.reader.start()
