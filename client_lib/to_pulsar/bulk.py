@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .core import encode_message
-from .encoding import _PK_HEAD_A, MAX_PARTITION_KEY, MIN_PARTITION_KEY, _plain_heads
+from .encoding import _PK_HEAD_A, MAX_PARTITION_KEY, MIN_PARTITION_KEY, plain_heads
 from .errors import InvalidMessageError
 
 __all__ = ["NO_TOPIC", "Columns", "Encoded", "encode_columns"]
@@ -125,7 +125,7 @@ def _alike(columns: Columns, topic: str | None, now_ms: int) -> Encoded:
         raise _Unlike
     if columns.deliver_at is not None and any(at is not None for at in columns.deliver_at):
         raise _Unlike  # delayed rows: Message records, row by row
-    any_pack, any_size, any_head, pk_pack, pk_size, pk_tail = _plain_heads[
+    any_pack, any_size, any_head, pk_pack, pk_size, pk_tail = plain_heads[
         _one_topic(columns.topics, topic)
     ]
     topic_size = len(pk_tail) - 2

@@ -164,7 +164,7 @@ def encode_partition_key(
         raise _diagnose(exc, size, topic, timestamp_ms) from exc
 
 
-#: What :data:`_plain_heads` holds per topic: for AnyPartition, the packer of Size, head,
+#: What :data:`plain_heads` holds per topic: for AnyPartition, the packer of Size, head,
 #: Timestamp, KeySize 0, ValueSize, its fixed size and the head (ApiKey ApiVersion Flags
 #: TopicSize Topic); the same three for PartitionKey, whose head is the part after the
 #: partition key (TopicSize Topic).
@@ -200,7 +200,7 @@ class _PlainHeads(dict[str | bytes, PlainHead]):
         return entry
 
 
-_plain_heads = _PlainHeads()
+plain_heads = _PlainHeads()
 _PK_HEAD_A = struct.pack(">hhh", API_KEY_PARTITION_KEY, API_VERSION, 0)
 
 
@@ -212,7 +212,7 @@ def encode_plain(
     ``value`` must be ``bytes``; anything unusual (a bad timestamp or partition key, a
     huge value) goes to the general encoder, which names the problem.
     """
-    any_pack, any_size, any_head, pk_pack, pk_size, pk_tail = _plain_heads[topic]
+    any_pack, any_size, any_head, pk_pack, pk_size, pk_tail = plain_heads[topic]
     value_size = len(value)
     try:
         if partition_key is None:

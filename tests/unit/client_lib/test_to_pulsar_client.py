@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import to_pulsar
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from to_pulsar import (
     DaemonUnavailableError,
     MessageTooLargeError,
@@ -21,6 +23,7 @@ from to_pulsar import (
     encode_any_partition,
     encode_partition_key,
 )
+from to_pulsar.core import encode_message
 from to_pulsar.paths import DEFAULT_SOCKET_PATH, SOCKET_ENV_VAR, resolve_socket_path
 
 from tests.unit.client_lib.conftest import bind
@@ -226,3 +229,42 @@ def test_import_does_not_load_click() -> None:
 
 def test_py_typed_marker() -> None:
     assert (PACKAGE_DIR / "py.typed").is_file()
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    topic=st.sampled_from(["t", "persistent://public/default/orders", b"bytes-topic"]),
+    value=st.one_of(st.binary(max_size=300), st.text(max_size=50), st.just(bytearray(b"ba"))),
+    key=st.one_of(st.none(), st.binary(max_size=8)),
+    partition_key=st.one_of(st.none(), st.integers(-(2**31), 2**32 - 1), st.integers()),
+    timestamp_ms=st.one_of(st.integers(0, 2**63 - 1), st.integers()),
+    properties=st.one_of(st.none(), st.just({}), st.just({"a": "b"})),
+)
+def test_send_inline_encoding_gives_encode_messages_bytes_or_error(
+    sock_path: Path,
+    receiver: socket.socket,
+    topic: str | bytes,
+    value: bytes | str | bytearray,
+    key: bytes | None,
+    partition_key: int | None,
+    timestamp_ms: int,
+    properties: dict[str, str] | None,
+) -> None:
+    """``Sender.send`` encodes the usual message inline: the same datagram as
+    ``encode_message``, or the same error for a value out of range."""
+    try:
+        expected: bytes | type[Exception] = encode_message(
+            topic, value, key, partition_key, timestamp_ms, properties
+        )
+    except ToPulsarError as exc:
+        expected = type(exc)
+    with Sender(sock_path) as sender:
+        try:
+            sender.send(
+                topic, value, key=key, partition_key=partition_key, timestamp_ms=timestamp_ms,
+                properties=properties,
+            )  # fmt: skip
+        except ToPulsarError as exc:
+            assert expected is type(exc)
+            return
+    assert receiver.recv(65536) == expected
