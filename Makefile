@@ -83,7 +83,7 @@ bench: $(STAMP) $(if $(filter lite,$(BROKER)),,apache-classpath)
 
 ## bench-senders: many senders at moderate rates (16 and 64 processes, 200 B and 1 KB JSON-like
 ## values, 16,000 msg/s in all): the official client in each process vs to_pulsar.Sender -> one
-## daemon; CPU of senders, daemon and broker, entries, RSS, latency (about 4 minutes; on Apache
+## daemon; CPU of senders, daemon and broker, entries, RSS, latency (about 6 minutes; on Apache
 ## Pulsar standalone unless BROKER=lite; BENCH_ARGS="--seconds 5 --senders 16" passes options)
 bench-senders: BROKER = apache
 bench-senders: $(STAMP)

@@ -42,6 +42,9 @@ from bench.payloads import KINDS
 from bench.throughput import DAEMON_ARGS, Bench, add_official_compression
 
 SIDES = ("official", "daemon")
+#: Distinct values per sender (each seeded apart): few enough that they add little to
+#: every process's RSS (256 KB at 1 KB), many enough that no batch repeats one.
+POOL = 256
 
 
 class ManySenders(Bench):
@@ -63,7 +66,7 @@ class ManySenders(Bench):
         topic = f"senders-{self.run_id}-k{k}-{size}-{side}"
         broker.make_partitioned(topic, self.args.partitions)
         common = {"topic": topic, "messages": per, "size": size, "rate": rate, "keyed": False}
-        common["payload"] = self.args.payload
+        common.update(payload=self.args.payload, pool=POOL)
         if daemon is not None:
             self.warm_topic(daemon, topic, False, self.args.partitions)
             common["socket"] = daemon.socket_path
@@ -109,6 +112,23 @@ class ManySenders(Bench):
             self.fail(f"{side} K={k} {size} B: read back {got['received']:,} of {total:,}")
         return summarise(out, total)
 
+    def run_floor(self, row: dict[str, Any]) -> dict[str, Any]:
+        """The same K paced loops making the same values, sending nothing: the share of the
+        senders' CPU that is the application's own loop (its wake-ups), not the sending."""
+        k, per = row["senders"], row["per_sender"]
+        params = {"messages": per, "size": row["size"], "rate": row["rate"]}
+        params.update(payload=self.args.payload, pool=POOL)
+        loops = self.start_workers("pace", [{**params, "seed": i} for i in range(k)], "pace")
+        for worker in loops:
+            worker.go()
+        results = [w.result(timeout=self.args.seconds * 3 + 60) for w in loops]
+        cpu_s = sum(r["cpu_s"] for r in results)
+        return {
+            "senders_cpu_s": cpu_s,
+            "us_per_msg": cpu_s / (k * per) * 1e6,
+            "peak_rss_mb": sum(r["peak_rss_kib"] for r in results) / 1024,
+        }
+
 
 def summarise(out: dict[str, Any], total: int) -> dict[str, Any]:
     """Per-message and per-side totals of one side's run."""
@@ -142,6 +162,17 @@ def run_row(bench: ManySenders, broker: BenchBroker, row: dict[str, Any], first:
         "host_cpu": b["host_cpu_s"] / a["host_cpu_s"],
         "peak_rss": b["peak_rss_mb"] / a["peak_rss_mb"],
     }
+    if bench.args.floor:
+        floor = row["loop"] = bench.run_floor(row)
+        above = [r["host_cpu_s"] - floor["senders_cpu_s"] for r in (a, b)]
+        row["ratios"]["host_above_loop"] = above[1] / above[0] if above[0] > 0 else None
+        print(
+            f"  K={row['senders']} x {row['rate']:,.0f}/s x {row['size']} B loop alone: CPU s "
+            f"{floor['senders_cpu_s']:.2f} ({floor['us_per_msg']:.1f} µs/msg), peak RSS "
+            f"{floor['peak_rss_mb']:,.0f} MB; host CPU above it: (a) {above[0]:.2f} s, "
+            f"(b) {above[1]:.2f} s",
+            flush=True,
+        )
 
 
 def print_side(row: dict[str, Any], side: str) -> None:
@@ -190,6 +221,14 @@ def print_report(results: dict[str, Any]) -> None:
             f"0.33x at K=64), host {ratio['host_cpu']:.2f}x (target 0.4x), peak RSS "
             f"{ratio['peak_rss']:.2f}x"
         )
+        if "loop" in row:
+            floor, above = row["loop"], ratio["host_above_loop"]
+            print(
+                f"{'':<28}{'loop':<10} the paced loop alone, sending nothing: "
+                f"{floor['senders_cpu_s']:.2f} CPU s ({floor['us_per_msg']:.1f} µs/msg), "
+                f"{floor['peak_rss_mb']:,.0f} MB; host CPU above it b/a "
+                + (f"{above:.2f}x" if above is not None else "n/a")
+            )
     harness.print_footer(results, "nothing lost: every message acked or persisted, and read back")
 
 
@@ -241,6 +280,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=4, help="of the topic (default 4)")
     parser.add_argument("--max-pending", type=int, default=10_000, help="official client's")
     parser.add_argument("--warmup", type=int, default=5000, help="broker warm-up messages")
+    parser.add_argument(
+        "--no-floor",
+        dest="floor",
+        action="store_false",
+        help="skip the run of the paced loops alone (what the application's loop costs)",
+    )
     add_official_compression(parser)
     harness.add_run_args(parser)
     args = parser.parse_args(argv)

@@ -66,9 +66,12 @@ def json_record(rng: random.Random, size: int, serial: int) -> bytes:
     return f'{head},"msg":"{words}"}}'.encode()
 
 
-def payload_pool(size: int, kind: str = "random", seed: int = 0) -> list[bytes]:
-    """Distinct payloads of ``size`` bytes: ``random`` (incompressible) or ``json``."""
-    count = max(64, min(_POOL_MAX, _POOL_BYTES // max(size, 1)))
+def payload_pool(
+    size: int, kind: str = "random", seed: int = 0, count: int | None = None
+) -> list[bytes]:
+    """``count`` distinct payloads of ``size`` bytes (by default enough for a batch of
+    distinct ones): ``random`` (incompressible) or ``json``."""
+    count = count or max(64, min(_POOL_MAX, _POOL_BYTES // max(size, 1)))
     rng = random.Random(f"{kind}-{size}-{seed}")
     if kind == "random":
         return [rng.randbytes(size) for _ in range(count)]
@@ -97,10 +100,11 @@ def paced(rate: float, n: int) -> Iterator[int]:
 
 
 def values(p: dict[str, Any]) -> list[bytes]:
-    """The run's payloads (``payload``: random or json, ``seed``); in paced runs each less
-    the stamp that goes before it."""
+    """The run's payloads (``payload``: random or json, ``seed``, ``pool``: how many); in
+    paced runs each less the stamp that goes before it."""
     size = p["size"] - STAMP.size if p.get("rate") else p["size"]
-    return payload_pool(max(size, 0), p.get("payload", "random"), p.get("seed", 0))
+    kind, seed = p.get("payload", "random"), p.get("seed", 0)
+    return payload_pool(max(size, 0), kind, seed, p.get("pool"))
 
 
 def stamped_values(p: dict[str, Any]) -> Iterator[bytes]:

@@ -15,6 +15,8 @@ Modes:
     datagram socket, what the kernel allows a Python sender and receiver
 ``consumer``
     read latency-stamped messages back with the official client
+``pace``
+    the paced loop of ``bench/many_senders.py`` alone, sending nothing (its floor)
 
 Protocol (see ``harness.Worker``): print ``READY`` when set up, wait for ``GO`` on
 stdin, work, print ``RESULT <json>``. Library output that would go to stdout is
@@ -282,6 +284,27 @@ def run_ceiling(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]:
     }
 
 
+# -- the paced loop alone ----------------------------------------------------------------------
+
+
+def run_pace(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]:
+    """The paced loop of a many-senders run, its values made and stamped but sent nowhere:
+    what the application's own loop costs, the floor under either side's senders."""
+    ready()
+    cpu0 = time.process_time()
+    t0 = time.monotonic()
+    made = sum(1 for _ in stamped_values(p))
+    t_sent = time.monotonic()
+    cpu_s = time.process_time() - cpu0
+    return {
+        "t0": t0,
+        "t_sent": t_sent,
+        "made": made,
+        "cpu_s": cpu_s,
+        "peak_rss_kib": peak_rss_kib(),
+    }
+
+
 # -- latency consumer -------------------------------------------------------------------------
 
 
@@ -363,6 +386,7 @@ MODES: dict[str, Callable[[dict[str, Any], Callable[[], None]], dict[str, Any]]]
     "sender": run_sender,
     "ceiling": run_ceiling,
     "consumer": run_consumer,
+    "pace": run_pace,
 }
 
 
