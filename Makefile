@@ -8,7 +8,7 @@ PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 RUN_STAMP := $(VENV)/.run-stamp
 STAMP     := $(VENV)/.test-stamp
 
-.PHONY: help run broker-stop broker-start test unit lint proto bench clean apache-classpath
+.PHONY: help run broker-stop broker-start test unit lint proto bench bench-senders clean apache-classpath
 
 # A bare `make` lists the targets (the `## target: text` comments below), builds nothing.
 .DEFAULT_GOAL := help
@@ -75,10 +75,20 @@ lint: $(STAMP)
 
 ## bench: throughput, CPU, latency and memory vs the official client (a few minutes; see bench/);
 ## BROKER=lite (default), apache (Apache Pulsar standalone: Java 17 and Maven), both, or cluster
-## (a three-broker Apache Pulsar cluster; ratios against the official client on the same cluster)
+## (a three-broker Apache Pulsar cluster; ratios against the official client on the same cluster);
+## many processes sending at moderate rates: `make bench-senders` (below)
 BROKER ?= lite
 bench: $(STAMP) $(if $(filter lite,$(BROKER)),,apache-classpath)
 	$(BIN)/python -m bench.throughput --broker $(BROKER) $(BENCH_ARGS)
+
+## bench-senders: many senders at moderate rates (16 and 64 processes, 200 B and 1 KB JSON-like
+## values, 16,000 msg/s in all): the official client in each process vs to_pulsar.Sender -> one
+## daemon; CPU of senders, daemon and broker, entries, RSS, latency (about 6 minutes; on Apache
+## Pulsar standalone unless BROKER=lite; BENCH_ARGS="--seconds 5 --senders 16" passes options)
+bench-senders: BROKER = apache
+bench-senders: $(STAMP)
+	$(if $(filter lite,$(BROKER)),,$(MAKE) apache-classpath)
+	$(BIN)/python -m bench.many_senders --broker $(BROKER) $(BENCH_ARGS)
 
 ## proto: regenerate daemon/pulsar_bruce/frame/pulsar_api_pb2.py(i) from proto/
 proto: $(STAMP)

@@ -25,10 +25,13 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tests.support.processes import Broker as LiteProcess
 from tests.support.processes import ProcessError
+
+if TYPE_CHECKING:
+    from tests.support.apache_pulsar import Admin
 
 KINDS = ("lite", "apache", "cluster")
 CHOICES = (*KINDS, "both")
@@ -84,6 +87,12 @@ class BenchBroker(ABC):
         self.kill()
         self.start()
 
+    def entries_added(self, topic: str, partitions: int) -> int | None:
+        """Entries (one per batch, or per unbatched message) the broker has written to
+        ``topic`` so far, from its managed ledgers' ``entriesAddedCounter``; None where the
+        broker does not say (pulsar-lite)."""
+        return None
+
     @abstractmethod
     def serves(self, partitions: int) -> bool:
         """Whether :meth:`make_partitioned` can give a topic ``partitions`` here."""
@@ -134,6 +143,9 @@ class ApacheBroker(BenchBroker):
         if partitions > 1:  # 0 or 1: auto-created non-partitioned on first use
             self.process.admin.create_partitioned_topic(topic, partitions)
 
+    def entries_added(self, topic: str, partitions: int) -> int | None:
+        return ledger_entries(self.process.admin, topic, partitions)
+
 
 class ClusterBroker(BenchBroker):
     """A three-broker Apache Pulsar cluster (``tests/support/apache_cluster.py``): the
@@ -155,6 +167,24 @@ class ClusterBroker(BenchBroker):
     def make_partitioned(self, topic: str, partitions: int) -> None:
         if partitions > 1:
             self.cluster.admin.create_partitioned_topic(topic, partitions)
+
+    def entries_added(self, topic: str, partitions: int) -> int | None:
+        return ledger_entries(self.cluster.admin, topic, partitions)
+
+
+def ledger_entries(admin: Admin, topic: str, partitions: int) -> int:
+    """Sum of ``entriesAddedCounter`` over the topic's partitions (0 before any exists)."""
+    from tests.support.apache_pulsar import AdminError
+
+    names = [f"{topic}-partition-{i}" for i in range(partitions)] if partitions > 1 else [topic]
+    total = 0
+    for name in names:
+        try:
+            total += int(admin.internal_stats(name).get("entriesAddedCounter", 0))
+        except AdminError as error:
+            if error.status != 404:
+                raise
+    return total
 
 
 def _version(package: str) -> str:

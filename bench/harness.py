@@ -421,6 +421,27 @@ def print_machine(title: str, machine: dict[str, Any], qlen_set: bool) -> None:
     )
 
 
+def close_results(
+    results: dict[str, Any],
+    machine: dict[str, Any],
+    started: float,
+    cpu_before: MachineCpu,
+    failures: list[str],
+) -> None:
+    """A run's closing figures: the machine, the wall time since ``started``
+    (``time.monotonic()``), what other processes used meanwhile, and the losses."""
+    results["machine"] = machine
+    results["wall_s"] = time.monotonic() - started
+    results.update(MachineCpu.now().since(cpu_before))
+    results["lost"] = failures
+
+
+def write_json(path: Path | None, results: dict[str, Any]) -> None:
+    """``--json``: the results so far (rewritten as a run goes on, in case it is cut short)."""
+    if path is not None:
+        path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+
+
 def print_footer(results: dict[str, Any], all_well: str) -> None:
     """The end of a report: wall time, what else ran meanwhile, and any losses (else
     ``all_well``)."""

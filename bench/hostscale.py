@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import statistics
 import time
 from collections import defaultdict
@@ -304,15 +303,10 @@ def main(argv: list[str] | None = None) -> int:
         results["daemon_argv"] = " ".join(daemon.argv[1:])
         for k in args.senders:
             results["k"].append(run_k(bench, broker, daemon, k))
-            if args.json:  # so far, in case the run is cut short
-                args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
-    results["machine"] = machine
-    results["wall_s"] = time.monotonic() - started
-    results.update(MachineCpu.now().since(cpu_before))
-    results["lost"] = bench.failures
+            harness.write_json(args.json, results)
+    harness.close_results(results, machine, started, cpu_before, bench.failures)
     print_report(results, args)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    harness.write_json(args.json, results)
     return 1 if bench.failures else 0
 
 

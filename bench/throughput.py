@@ -67,6 +67,7 @@ class RowSpec:
     stream: bool = False  # StreamSender on the stream socket, one flush at the end
     extras: bool = False  # also the official client with a callback, and the kernel ceiling
     journal: bool = False  # into a daemon with --spool-dir: its write-ahead journal on
+    payload: str = "random"  # bench.payloads.KINDS: random bytes or JSON-like records
 
 
 @dataclass
@@ -144,6 +145,8 @@ class Bench(BenchBase):
                 "keyed": row.keyed,
                 "max_pending": self.args.max_pending,
                 "callback": callback,
+                "payload": row.payload,
+                "compression": self.args.official_compression,
             },
             "official-callback" if callback else "official",
         )
@@ -204,6 +207,7 @@ class Bench(BenchBase):
                 "messages": n,
                 "size": row.size,
                 "keyed": row.keyed,
+                "payload": row.payload,
                 "stream": row.stream,
                 "stream_socket": daemon.socket_path.removesuffix(".sock") + ".stream.sock",
             },
@@ -457,7 +461,9 @@ def row_specs(n: int) -> list[RowSpec]:
         RowSpec("100 B", 100, n, 1, False, extras=True),
         RowSpec("100 B journal", 100, n, 1, False, journal=True),
         RowSpec("1 KB", 1000, max(100, n // 3), 1, False),
+        RowSpec("1 KB json", 1000, max(100, n // 3), 1, False, payload="json"),
         RowSpec("10 KB", 10_000, max(100, n // 10), 1, False),
+        RowSpec("10 KB json", 10_000, max(100, n // 10), 1, False, payload="json"),
         RowSpec("100 B 4-part key", 100, n, 4, True),
         RowSpec("100 B stream", 100, n, 1, False, stream=True),
     ]
@@ -579,7 +585,18 @@ def config_summary(args: argparse.Namespace) -> dict[str, Any]:
         "rss_messages": args.rss_messages,
         "broker": args.broker,
         "warmup": args.warmup,
+        "official_compression": args.official_compression,
     }
+
+
+def add_official_compression(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--official-compression",
+        choices=("lz4", "none"),
+        default="lz4",
+        help="the official client's compression_type (default lz4: the daemon's default "
+        "codec, so both sides use the same one)",
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -625,6 +642,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=10_000,
         help="official client max_pending_messages (default 10000)",
     )
+    add_official_compression(parser)
     harness.add_run_args(parser)
     parser.add_argument(
         "--profile",

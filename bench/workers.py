@@ -15,6 +15,8 @@ Modes:
     datagram socket, what the kernel allows a Python sender and receiver
 ``consumer``
     read latency-stamped messages back with the official client
+``pace``
+    the paced loop of ``bench/many_senders.py`` alone, sending nothing (its floor)
 
 Protocol (see ``harness.Worker``): print ``READY`` when set up, wait for ``GO`` on
 stdin, work, print ``RESULT <json>``. Library output that would go to stdout is
@@ -31,48 +33,27 @@ import contextlib
 import itertools
 import json
 import os
-import struct
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TextIO
 
-#: Latency stamp at the head of each value: send time (ns since the epoch) and sequence
-#: number; warm-up messages carry sequence -1 and are ignored by the consumer. Order-checked
-#: runs put the sender's id where the send time goes.
-STAMP = struct.Struct(">qq")
+try:
+    from bench.payloads import STAMP, payload_pool, stamped_values, values
+except ModuleNotFoundError:  # run as a script (``python bench/workers.py``): bench/ is on the path
+    from payloads import STAMP, payload_pool, stamped_values, values  # type: ignore[no-redef]
 
-#: Enough distinct payloads that a 128 KiB batch never repeats one (keeps LZ4 honest).
-_POOL_BYTES = 16 * 1024 * 1024
-_POOL_MAX = 4096
+__all__ = ["MODES", "STAMP"]
 
 
-def payload_pool(size: int) -> list[bytes]:
-    """Distinct random (incompressible) payloads of ``size`` bytes."""
-    count = max(64, min(_POOL_MAX, _POOL_BYTES // max(size, 1)))
-    return [os.urandom(size) for _ in range(count)]
-
-
-def paced(rate: float, n: int) -> Iterator[int]:
-    """Yield 0..n-1 on a fixed schedule of ``rate`` per second, sleeping between bursts.
-
-    Sleeping (rather than spinning) keeps the pacer off the CPU the daemon and the
-    broker need; messages due while it slept go out back to back on wake-up.
-    """
-    start = time.monotonic()
-    sent = 0
-    while sent < n:
-        due = min(n, int((time.monotonic() - start) * rate) + 1)
-        while sent < due:
-            yield sent
-            sent += 1
-        if sent < n:
-            time.sleep(0.0005)
-
-
-def stamped(seq: int, pad: bytes) -> bytes:
-    return STAMP.pack(time.time_ns(), seq) + pad
+def peak_rss_kib() -> int:
+    """This process's peak resident set so far (VmHWM)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
 
 
 def thread_clock() -> tuple[float, float, float, int]:
@@ -123,6 +104,7 @@ def run_official(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]
         block_if_queue_full=True,
         batching_max_publish_delay_ms=10,
         max_pending_messages=p["max_pending"],
+        compression_type=getattr(pulsar.CompressionType, p.get("compression", "none").upper()),
     )
     ok_result = pulsar.Result.Ok
     done = threading.Event()
@@ -142,16 +124,15 @@ def run_official(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]
     callback = on_receipt if p.get("callback", True) else None
     keyed: bool = p["keyed"]
     rate: float | None = p.get("rate")
-    pool = payload_pool(p["size"])
-    pad = pool[0][: max(0, p["size"] - STAMP.size)]
+    pool = values(p)
     ready()
 
     cpu0 = time.process_time()
     clock0 = thread_clock()
     t0 = monotonic()
     if rate:
-        for seq in paced(rate, n):
-            send(stamped(seq, pad), callback)
+        for value in stamped_values(p):
+            send(value, callback)
     elif keyed:
         for i, payload in zip(range(n), itertools.cycle(pool), strict=False):
             send(payload, callback, partition_key=str(i))
@@ -179,6 +160,7 @@ def run_official(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]
         "receipts": state["receipts"],
         "errors": state["errors"],
         "cpu_s": cpu1 - cpu0,
+        "peak_rss_kib": peak_rss_kib(),
         **blocked,
     }
 
@@ -194,7 +176,7 @@ def run_sender(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]:
     keyed: bool = p["keyed"]
     rate: float | None = p.get("rate")
     sender_id: int | None = p.get("sender_id")
-    pool = payload_pool(p["size"])
+    pool = values(p)
     pad = pool[0][: max(0, p["size"] - STAMP.size)]
     stream: Any = None
     if p.get("stream"):
@@ -222,8 +204,8 @@ def run_sender(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]:
     clock0 = thread_clock()
     t0 = time.monotonic()
     if rate:
-        for seq in paced(rate, n):
-            send(topic, stamped(seq, pad))
+        for value in stamped_values(p):
+            send(topic, value)
     elif keyed:
         for i, payload in zip(range(n), itertools.cycle(pool), strict=False):
             send(topic, payload, partition_key=i)
@@ -250,6 +232,7 @@ def run_sender(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]:
         "t0": t0,
         "t_sent": t_sent,
         "cpu_s": cpu1 - cpu0,
+        "peak_rss_kib": peak_rss_kib(),
         "flushed_ok": flushed,
         "send_timeouts": timeouts,
         **blocked,
@@ -298,6 +281,27 @@ def run_ceiling(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]:
         # The receiving process's whole life: what any reader of these datagrams pays at least.
         "receiver_cpu_s": usage.ru_utime + usage.ru_stime,
         "ok": status == 0,
+    }
+
+
+# -- the paced loop alone ----------------------------------------------------------------------
+
+
+def run_pace(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]:
+    """The paced loop of a many-senders run, its values made and stamped but sent nowhere:
+    what the application's own loop costs, the floor under either side's senders."""
+    ready()
+    cpu0 = time.process_time()
+    t0 = time.monotonic()
+    made = sum(1 for _ in stamped_values(p))
+    t_sent = time.monotonic()
+    cpu_s = time.process_time() - cpu0
+    return {
+        "t0": t0,
+        "t_sent": t_sent,
+        "made": made,
+        "cpu_s": cpu_s,
+        "peak_rss_kib": peak_rss_kib(),
     }
 
 
@@ -382,6 +386,7 @@ MODES: dict[str, Callable[[dict[str, Any], Callable[[], None]], dict[str, Any]]]
     "sender": run_sender,
     "ceiling": run_ceiling,
     "consumer": run_consumer,
+    "pace": run_pace,
 }
 
 

@@ -99,13 +99,15 @@ class CompressionTries:
     to :data:`MAX_COMPRESS_SKIPS` while the tries keep failing; one that shrinks resets it.
     """
 
-    __slots__ = ("skips", "skips_left")
+    __slots__ = ("skips", "skips_left", "uncompressed")
 
     def __init__(self) -> None:
         #: Batches to send uncompressed without trying, after ones the codec did not shrink.
         self.skips_left = 0
         #: How many the next batch that does not shrink makes us skip (doubling to a bound).
         self.skips = 1
+        #: Batches sent uncompressed although the topic has a codec (for the metrics).
+        self.uncompressed = 0
 
     def compress(
         self, raw: bytes, compressor: Compressor | None, wire_type: int
@@ -116,6 +118,7 @@ class CompressionTries:
             return raw, 0
         if self.skips_left:
             self.skips_left -= 1
+            self.uncompressed += 1
             return raw, 0
         compressed = compressor(raw)
         if len(compressed) <= len(raw) - len(raw) // MIN_SAVING_DIVISOR:
@@ -123,4 +126,5 @@ class CompressionTries:
             return compressed, wire_type
         self.skips_left = self.skips
         self.skips = min(2 * self.skips, MAX_COMPRESS_SKIPS)
+        self.uncompressed += 1
         return raw, 0

@@ -142,6 +142,17 @@ class _LedgerCollector:
             )
         if want("batches_sent"):
             yield _counter("batches_sent", "Batch frames written to brokers", s.batches_sent)
+        if want("batches_uncompressed"):
+            yield _counter(
+                "batches_uncompressed",
+                "Batches framed without compression on a topic with a codec: it would not "
+                "have saved an eighth, or they followed one that did not",
+                sum(
+                    producer.compression_tries.uncompressed
+                    for topic in self._topics()
+                    for producer in topic.producers
+                ),
+            )
         if want("spooled_messages"):
             yield _gauge(
                 "spooled_messages",

@@ -16,7 +16,10 @@ def fake_topic(name: str, acked: int, buffered: int, ready: list[bool]) -> Any:
     stats = TopicCounters()
     stats.acked = acked
     stats.discarded["too_large"] = 1
-    producers = [SimpleNamespace(ready=r) for r in ready]
+    producers = [
+        SimpleNamespace(ready=r, compression_tries=SimpleNamespace(uncompressed=acked))
+        for r in ready
+    ]
     return SimpleNamespace(
         name=name, stats=stats, buffered_messages=buffered, producers=producers, name_conflicts=0
     )
@@ -74,3 +77,5 @@ def test_per_topic_families_stop_at_the_label_limit() -> None:
     assert samples['pulsar_bruce_topic_partitions_ready{topic="t0"}'] == 1
     assert samples['pulsar_bruce_topic_discarded_total{reason="too_large",topic="t0"}'] == 1
     assert not any('topic="t3"' in name or 'topic="t4"' in name for name in samples)
+    # Not a per-topic family: every producer of every topic counts (2 x (0+1+2+3+4)).
+    assert samples["pulsar_bruce_batches_uncompressed_total"] == 20

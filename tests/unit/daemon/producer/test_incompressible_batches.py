@@ -12,6 +12,8 @@ from pulsar_bruce.batch.compression import CODECS, MAX_COMPRESS_SKIPS, decompres
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
 
+from tests.unit.daemon.frame.helpers import crc32c_reference, wire
+
 from .test_partition_producer import PUBLISH_TIME, TOPIC, decode, values_in, zlib_chunks
 
 
@@ -80,6 +82,7 @@ def test_after_a_batch_that_does_not_shrink_the_untried_run_doubles_to_the_bound
     gaps = [later - earlier - 1 for earlier, later in itertools.pairwise(runs)]
     assert gaps[:7] == [1, 2, 4, 8, 16, 32, 64]
     assert set(gaps[7:]) == {MAX_COMPRESS_SKIPS}
+    assert producer.compression_tries.uncompressed == 400  # tried or not, none shrank
 
 
 def test_a_batch_that_shrinks_is_sent_compressed_and_ends_the_skipping() -> None:
@@ -91,6 +94,7 @@ def test_a_batch_that_shrinks_is_sent_compressed_and_ends_the_skipping() -> None
     first = sent.index(pb.LZ4)
     assert all(c == pb.NONE for c in sent[:first])
     assert all(c == pb.LZ4 for c in sent[first:])  # every batch tried again, each compressed
+    assert producer.compression_tries.uncompressed == 16 + first
     assert first <= 16
 
 
@@ -110,3 +114,49 @@ def test_a_batch_is_sent_compressed_only_when_it_saves_an_eighth(saving: float, 
     codec.shrink = True
     producer = producer_with(codec)
     assert send_one_batch(producer, b"v" * 1000).compression == sent
+
+
+#: The Send frame of a batch of b"abc" and b"de" under ids 0 and 1 from producer 42 ("p-1"):
+#: on an LZ4 topic these values do not shrink, so it goes out byte for byte as on a topic
+#: with compression none: no ``compression`` (8) nor ``uncompressed_size`` (9) in its
+#: MessageMetadata, and the entries as sealed.
+FALLBACK_CHECKED = wire(
+    "00000013",  # metadataSize = 19
+    "0a 03",  # producer_name (1), 3 bytes
+    b"p-1",
+    "10 00",  # sequence_id (2) = 0
+    "18 80 d0 95 ff bc 31",  # publish_time (3) = 1700000000000
+    "58 02",  # num_messages_in_batch (11) = 2
+    "c0 01 01",  # highest_sequence_id (24) = 1
+    "00000004 40 00 18 03",  # entry: SingleMessageMetadata sequence_id (8) = 0, payload_size 3
+    b"abc",
+    "00000004 40 01 18 02",  # entry: sequence_id = 1, payload_size (3) = 2
+    b"de",
+)
+FALLBACK_FRAME = wire(
+    "00000042",  # totalSize = 4 + 12 + 2 + 4 + 4 + 19 + 11 + 10 = 66
+    "0000000c",  # commandSize = 12
+    "08 06",  # type = SEND (6)
+    "32 08",  # send (6), 8 bytes
+    "08 2a",  # producer_id (1) = 42
+    "10 00",  # sequence_id (2) = 0
+    "18 02",  # num_messages (3) = 2
+    "30 01",  # highest_sequence_id (6) = 1
+    "0e 01",  # magic: CRC32-C checksum follows
+    "03 fc ee 32",  # crc32c of metadataSize + metadata + payload
+    FALLBACK_CHECKED,
+)
+
+
+@pytest.mark.parametrize("codec", ["lz4", "none"])
+def test_uncompressed_fallback_frame_golden_bytes(codec: str) -> None:
+    assert crc32c_reference(FALLBACK_CHECKED) == 0x03FCEE32
+    compression, compressor = CODECS[codec]
+    producer = PartitionProducer(
+        TOPIC, 2, 42, BatchPolicy(compression=compression, compressor=compressor)
+    )
+    producer.on_registered("p-1", -1)
+    producer.batch.append(b"", 0, b"abc", 0, 64)
+    producer.batch.append(b"", 0, b"de", 0, 64)
+    producer.seal()
+    assert producer.frames_to_send(PUBLISH_TIME).frames == [FALLBACK_FRAME]
