@@ -47,12 +47,40 @@ sub new {
 
 sub socket_path { $_[0]{path} }
 
+# Topic bytes -> an AnyPartition message's head (ApiKey ApiVersion Flags TopicSize
+# Topic), for send_any's usual case; a bad topic dies as on the general path.
+my %any_head;
+
 # send_any($topic, $value, $key, $timestamp_ms): AnyPartition, the daemon picks the
 # partition. $key undef or '' = no key; $timestamp_ms undef = now, 0 = no event time.
 sub send_any {
     my ($self, $topic, $value, $key, $timestamp_ms) = @_;
+    # The usual message (byte strings, no key, the time now) is one pack here, with the
+    # topic's head built and checked once: the general path's ten sub calls and regular
+    # expressions were three quarters of a send's cost.
+    if ((!defined $key || $key eq '') && !defined $timestamp_ms && defined $value
+        && defined $topic && !utf8::is_utf8($value) && !utf8::is_utf8($topic)) {
+        my $head = $any_head{$topic} // _any_head($topic);
+        my $size = ANY_PARTITION_OVERHEAD + length($topic) + length($value);
+        if ($size <= 0x7FFFFFFF) {
+            my $datagram = pack('l> a* q> l> l>/a', $size, $head,
+                int(Time::HiRes::time() * 1000), 0, $value);
+            my $sock = $self->{sock};
+            return 1 if $sock && defined send($sock, $datagram, 0);
+            $self->send_raw($datagram);    # EINTR, a restarted daemon, or the error
+            return 1;
+        }
+    }
     $self->send_raw(encode_any_partition($topic, $value, $key, _timestamp($timestamp_ms)));
     return 1;
+}
+
+# A bad topic dies here as on the general path.
+sub _any_head {
+    my ($topic) = @_;
+    _fields($topic, '', '');
+    %any_head = () if keys %any_head >= 4096;
+    return $any_head{$topic} = pack('s> s> s> s>/a', API_KEY_ANY_PARTITION, 0, 0, $topic);
 }
 
 # send_keyed($partition_key, $topic, $value, $key, $timestamp_ms): PartitionKey, the
