@@ -9,7 +9,8 @@ same datagram built once (the floor: the system call alone), as user + system CP
 (``getrusage``; Perl's ``times`` counts 10 ms ticks, so it runs 5 N), best of
 ``--repeat``. The shell sender (``to_pulsar_send`` in ``examples/shell/to_pulsar.sh``)
 runs the ``to_pulsar`` command once a message, so its row is wall time per message
-against starting ``true`` from the same shell: a process start is its floor. A row is skipped where its tool (gcc, perl) is missing.
+against starting ``true`` from the same shell: a process start is its floor. A row
+is skipped where its tool (gcc, perl) is missing.
 """
 
 from __future__ import annotations
