@@ -45,6 +45,8 @@ DEEP_QLEN = 128
 #: tens; the messages wait for their batch anyway (``batch_max_delay_ms``).
 LINGER_MAX_US = 2000
 LINGER_MIN_US = 50
+#: The shortest a linger adapts down to (a fast sender); the thread's NAP_MIN_NS.
+LINGER_FLOOR_S = 20e-6
 
 
 #: Where the compiled reader reads (``thread`` or ``loop``) instead of choosing by the
@@ -94,9 +96,11 @@ class DatagramReader:
         linger_us: int = 0,
     ):
         self.sock = sock
-        #: After a drain that took a few datagrams (not none), stop watching the socket this
-        #: long, so the next wake-up takes more (:func:`read_linger_us`; 0: never).
+        #: After a drain that took a few datagrams (not none), stop watching the socket up to
+        #: this long, so the next wake-up takes more (:func:`read_linger_us`; 0: never).
         self.linger_us = linger_us
+        #: The next linger: adapts to the rate (:meth:`_linger_over`), 20 µs..``linger_us``.
+        self._linger_s = linger_us / 1e6
         self._resume: asyncio.TimerHandle | None = None
         self._handle = handle
         #: Admits a slab's datagrams in order, in one call (``Intake.admit_datagrams``; by
@@ -134,12 +138,19 @@ class DatagramReader:
         self._loop.add_reader(self.sock.fileno(), self._on_readable)
 
     def _on_readable(self) -> None:
-        """Drain; after a small slab, linger (``linger_us``) before watching again."""
-        count = self.drain()
+        """Drain; after a small slab, linger before watching again."""
+        self._linger_after(self.drain())
+
+    def _linger_after(self, count: int) -> None:
         loop = self._loop
         if 0 < count < SLAB // 2 and self.linger_us and loop is not None:
             loop.remove_reader(self.sock.fileno())
-            self._resume = loop.call_later(self.linger_us / 1e6, self._linger_over)
+            self._resume = loop.call_later(self._linger_s, self._linger_over)
+
+    @property
+    def next_linger_s(self) -> float:
+        """How long the next linger lasts (it adapts to the rate)."""
+        return self._linger_s
 
     @property
     def lingering(self) -> bool:
@@ -147,10 +158,19 @@ class DatagramReader:
         return self._resume is not None
 
     def _linger_over(self) -> None:
+        """Watch again, and take what came meanwhile, which says the rate: the next linger
+        is halved when a slab or more came, doubled (up to ``linger_us``) when under a
+        quarter did, so a fast sender never finds the kernel queue full meanwhile."""
         self._resume = None
-        if self._loop is not None:
-            self._loop.add_reader(self.sock.fileno(), self._on_readable)
-            self._on_readable()
+        if self._loop is None:
+            return
+        self._loop.add_reader(self.sock.fileno(), self._on_readable)
+        count = self.drain()
+        if count >= SLAB:
+            self._linger_s = max(self._linger_s / 2, LINGER_FLOOR_S)
+        elif count < SLAB // 4:
+            self._linger_s = min(self._linger_s * 2, self.linger_us / 1e6)
+        self._linger_after(count)
 
     def stop(self) -> None:
         """Stop watching the socket (datagrams keep queueing in the kernel)."""

@@ -38,22 +38,46 @@ void pb_receiver_headers(Receiver *self, unsigned char *arena, int first, int ro
     }
 }
 
+/* Nap for more datagrams (the read linger's current length). */
+static void receiver_nap(Receiver *self) {
+    struct timespec nap = {0, self->nap_now_ns};
+    nanosleep(&nap, NULL);
+}
+
+/* After a nap, what came meanwhile (``came`` of ``room``) says the rate: the next nap is
+ * halved when the slab filled, doubled (up to nap_ns) when under a quarter came, so a
+ * slab takes tens of datagrams at a moderate rate and a fast sender never finds the
+ * kernel queue full while the thread naps. */
+static void receiver_adapt(Receiver *self, int came, int room) {
+    if (came >= room) {
+        self->nap_now_ns /= 2;
+        if (self->nap_now_ns < NAP_MIN_NS) self->nap_now_ns = NAP_MIN_NS;
+    } else if (came < PER_SLAB / 4) {
+        self->nap_now_ns *= 2;
+        if (self->nap_now_ns > self->nap_ns) self->nap_now_ns = self->nap_ns;
+    }
+}
+
 /* Fill one slab with recvmmsg until it is full, or the socket is empty and the loop
  * idle.  Returns the datagrams to publish; 0 when the loop took the partial slab
  * itself; -1 when the thread must end (stop asked, socket error) with nothing held. */
 static int receiver_fill(Receiver *self, Slab *slab) {
     struct mmsghdr headers[PER_SLAB];
     struct iovec vectors[PER_SLAB];
-    int count = 0, hangup = 0, naps = 0;
+    int count = 0, hangup = 0, naps = 0, napped = 0;
     if (self->nap_first) {  /* the last slab was small: let this one fill first */
         naps = NAPS;
-        struct timespec nap = {0, self->nap_ns};
-        nanosleep(&nap, NULL);
+        receiver_nap(self);
+        napped = 1;
     }
     while (count < PER_SLAB) {
         int room = PER_SLAB - count;
         pb_receiver_headers(self, slab->arena, count, room, headers, vectors);
         int got = recvmmsg(self->sock_fd, headers, (unsigned int)room, MSG_DONTWAIT, NULL);
+        if (napped && (got >= 0 || errno == EAGAIN || errno == EWOULDBLOCK)) {
+            receiver_adapt(self, got > 0 ? got : 0, room);
+            napped = 0;
+        }
         if (got > 0) {
             for (int i = 0; i < got; i++) slab->lengths[count + i] = headers[i].msg_len;
             count += got;
@@ -68,8 +92,8 @@ static int receiver_fill(Receiver *self, Slab *slab) {
         if (hangup) return count > 0 ? count : -1;  /* shut down and empty: poll() would spin */
         if (self->nap_ns && count > 0 && count < PER_SLAB / 2 && naps < NAPS) {
             naps++;
-            struct timespec nap = {0, self->nap_ns};
-            nanosleep(&nap, NULL);
+            receiver_nap(self);
+            napped = 1;
             continue;
         }
         pthread_mutex_lock(&self->lock);

@@ -32,6 +32,7 @@ static int receiver_init(Receiver *self, PyObject *args, PyObject *kwargs) {
         return -1;
     }
     self->nap_ns = nap_us * 1000L;
+    self->nap_now_ns = self->nap_ns;
     if (max_bytes < 0) { PyErr_SetString(PyExc_ValueError, "max_datagram_bytes < 0"); return -1; }
     long page = sysconf(_SC_PAGESIZE);
     if ((size_t)max_bytes > SIZE_MAX / PER_SLAB - (size_t)page) {  /* slab_bytes would wrap */

@@ -30,8 +30,11 @@
  * senders would block while it naps.  After a small slab the next one naps first, not
  * after its first datagram: at a steady moderate rate the thread then wakes once a
  * slab (the nap's end), not twice (poll, then the nap); an empty read after the nap
- * still waits in poll(), so an idle daemon does not wake. */
+ * still waits in poll(), so an idle daemon does not wake.  The nap adapts to the rate
+ * (receiver_adapt): a sender faster than a slab a nap halves it, so the queue never
+ * fills while the thread naps. */
 #define NAPS 1
+#define NAP_MIN_NS 20000L
 
 typedef struct {
     unsigned char *arena;             /* PER_SLAB slots of slot_size bytes (virtual) */
@@ -52,7 +55,8 @@ typedef struct {
     int polling, held;                /* the thread waits in poll() holding ``held`` datagrams */
     int waiting;                      /* the thread waits for a free slab */
     int running, stopping, thread_errno;
-    long nap_ns;                      /* 0: never nap */
+    long nap_ns;                      /* 0: never nap; else the longest nap */
+    long nap_now_ns;                  /* the next nap: adapts to the rate, NAP_MIN_NS..nap_ns */
     int nap_first;                    /* the thread's last slab was small: nap before reading */
     int peek;                         /* read_now() peeks (SO_PEEK_OFF): the journal consumes */
     int exited;                       /* the thread ended by itself (error, hang-up) */

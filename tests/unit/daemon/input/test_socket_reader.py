@@ -240,6 +240,38 @@ def test_a_reader_that_took_a_few_datagrams_lingers_before_it_watches_again(
     run_on_clock(test(), clock)
 
 
+def test_the_linger_shortens_for_a_fast_sender_and_grows_back_for_a_slow_one(
+    pair: tuple[socket.socket, socket.socket], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slab or more arriving during a linger halves the next (a fast sender must not
+    find the kernel queue full while the reader waits); under a quarter of a slab
+    doubles it again, up to ``linger_us``."""
+    monkeypatch.setenv(socket_reader.RECEIVE_ENV, "loop")
+    sender, receiver = pair
+    clock = FakeClock()
+    rig = Rig(receiver, linger_us=2000)
+    reader = rig.reader
+
+    async def test() -> None:
+        reader.start()
+        sender.send(b"first")
+        await until_soon(lambda: reader.lingering, "a linger after one datagram")
+        for i in range(socket_reader.SLAB + 6):
+            sender.send(b"%d" % i)
+        await until(lambda: len(rig.handled) == socket_reader.SLAB + 7, "the fast burst")
+        assert reader.next_linger_s == pytest.approx(0.001)  # halved
+        assert not reader.lingering  # a full drain: read on at once
+        sender.send(b"slow")
+        await until_soon(lambda: reader.lingering, "a linger after one datagram")
+        began = clock.now
+        await until(lambda: not reader.lingering, "the linger's end")
+        assert clock.now - began == pytest.approx(0.001)
+        assert reader.next_linger_s == pytest.approx(0.002)  # nothing came: doubled back
+        reader.stop()
+
+    run_on_clock(test(), clock)
+
+
 @pytest.mark.parametrize("qlen", [10, 512], ids=["no-naps", "naps"])
 def test_many_datagrams_sent_while_the_loop_drains_all_arrive_in_order(
     pair: tuple[socket.socket, socket.socket], qlen: int, monkeypatch: pytest.MonkeyPatch
