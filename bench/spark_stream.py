@@ -180,7 +180,9 @@ def describe(result: dict[str, Any]) -> str:
 def measure(args: argparse.Namespace, workdir: Path) -> int:
     lost = 0
     print(f"code: {describe_revision()}; load average {os.getloadavg()[0]:.1f}")
-    pace = f"every {args.trigger_ms} ms" if args.trigger_ms else "back to back"
+    pace = "back to back"
+    if args.trigger_ms:  # then the trigger sets the rate: latency and CPU tell the sides apart
+        pace = f"every {args.trigger_ms} ms: the rate is the trigger's if the side keeps up"
     print(f"{args.rows_per_batch:,} JSON rows a micro-batch ({pace}), {args.tasks} Spark "
           f"partitions, local[2], {args.warm} warm + {args.batches} measured micro-batches "
           f"per side, topics of {PARTITIONS} partitions")  # fmt: skip
