@@ -420,13 +420,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def in_workdir(
+    args: argparse.Namespace, run: Callable[[argparse.Namespace, Path], int], prefix: str
+) -> int:
+    """``run(args, workdir)`` in ``--workdir`` (kept), else in a temporary folder."""
     if args.workdir:
         args.workdir.mkdir(parents=True, exist_ok=True)
-        return measure(args, args.workdir)
-    with tempfile.TemporaryDirectory(prefix="bench-spark-") as workdir:
-        return measure(args, Path(workdir))
+        return run(args, args.workdir)
+    with tempfile.TemporaryDirectory(prefix=prefix) as workdir:
+        return run(args, Path(workdir))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return in_workdir(parse_args(argv), measure, "bench-spark-")
 
 
 if __name__ == "__main__":

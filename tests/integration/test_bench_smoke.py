@@ -1,5 +1,5 @@
-"""Keep ``python -m bench.throughput``, ``bench.hostscale`` and ``bench.spark_sink``
-working: tiny runs end to end (no timing is asserted)."""
+"""Keep ``python -m bench.throughput``, ``bench.hostscale``, ``bench.spark_sink`` and
+``bench.spark_stream`` working: tiny runs end to end (no timing is asserted)."""
 
 from __future__ import annotations
 
@@ -103,6 +103,27 @@ def test_spark_sink_bench_runs_and_loses_nothing() -> None:
             "the write's CPU cost to the job",
             f"executors' Python: {sys.executable}",
             "ratio to_pulsar/official: ",
+            "no rows lost",
+        ],
+    )
+
+
+@pytest.mark.spark
+def test_spark_stream_bench_runs_and_loses_nothing() -> None:
+    """``python -m bench.spark_stream``, tiny: every side's query runs its micro-batches, the
+    daemon acks every committed row."""
+    pytest.importorskip("pyspark", reason="pyspark is not installed (the [spark] extra)")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java runtime for Spark")
+    run_bench(
+        "spark_stream",
+        ["--rows-per-batch", "2000", "--batches", "1", "--warm", "1"],
+        timeout=300,
+        expect=[
+            "round 1 official ",
+            "to_pulsar: ",
+            "x less CPU per row",
+            "foreach_batch: ",
             "no rows lost",
         ],
     )

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,26 +20,12 @@ import pytest
 
 from tests.support.consume import consume
 from tests.support.processes import ROOT, Broker
-from tests.support.spark_session import local_session
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 
 pyspark = pytest.importorskip("pyspark", reason="pyspark is not installed (the [spark] extra)")
 
 BASE_MS = 1_700_000_000_000
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("no Java runtime for Spark")
-    session = local_session(
-        "to_pulsar-tests",
-        [str(ROOT / "client_lib")],
-        **{"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"},
-    )
-    yield session
-    session.stop()
 
 
 def start(start_daemon, broker: Broker, tmp_path: Path, *args: str) -> tuple[Any, str]:
@@ -221,53 +206,6 @@ def test_write_takes_the_formats_arrow_path_where_the_executors_have_pyarrow(
     assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [5, 5]
     streamed = consume(broker.url, full(f"{topic}-s"), 10)
     assert sorted(m.value for m in streamed) == sorted(f"s-{i}".encode() for i in range(10))
-
-
-def test_streaming_query_delivers_every_micro_batch(
-    spark: Any, broker: Broker, start_daemon, tmp_path: Path
-) -> None:
-    daemon, stream = start(start_daemon, broker, tmp_path)
-    topic = f"spark-stream-{uuid.uuid4().hex[:8]}"
-    source = tmp_path / "in"
-    source.mkdir()
-
-    def add_files(first: int, files: int, rows: int = 50) -> None:
-        for f in range(first, first + files):
-            lines = [json.dumps({"id": f * rows + i, "file": f}) for i in range(rows)]
-            (source / f"part-{f:03d}.json").write_text("\n".join(lines) + "\n")
-
-    def run_query() -> Any:
-        query = (
-            spark.readStream.schema("id BIGINT, file INT")
-            .option("maxFilesPerTrigger", 1)  # one micro-batch per file
-            .json(str(source))
-            .selectExpr("cast(id AS string) AS value", "cast(file AS string) AS key")
-            .writeStream.format("to_pulsar")
-            .option("socket", stream)
-            .option("topic", topic)
-            .option("checkpointLocation", str(tmp_path / "checkpoint"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        assert query.awaitTermination(120), "the query did not finish"
-        assert query.exception() is None
-        return query
-
-    add_files(0, 4)
-    first = run_query()
-    batches = [p for p in first.recentProgress if p["numInputRows"] > 0]
-    assert [p["numInputRows"] for p in batches] == [50] * 4
-    assert daemon.counters().acked == 200
-
-    # Restarted from its checkpoint, the query sends only what is new.
-    add_files(4, 2)
-    second = run_query()
-    assert [p["numInputRows"] for p in second.recentProgress if p["numInputRows"] > 0] == [50] * 2
-    assert daemon.counters().acked == 300
-
-    messages = consume(broker.url, full(topic), 300)
-    assert sorted(int(m.value) for m in messages) == list(range(300))
-    assert all(m.key == str(int(m.value) // 50) for m in messages)
 
 
 def test_discarded_rows_fail_the_job_with_the_counts(

@@ -44,3 +44,20 @@ def local_session(
 
         to_pulsar.spark.register(session)
     return session
+
+
+def session_for_tests(app: str, pythonpath: Sequence[str]) -> Any:
+    """The Spark tests' session (``local[2]``, 2 shuffle partitions, UTC): one per test run,
+    as ``getOrCreate`` hands every module that asks the session already running. Skips the
+    test where there is no Java runtime."""
+    import shutil
+
+    import pytest
+
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java runtime for Spark")
+    return local_session(
+        app,
+        pythonpath,
+        **{"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"},
+    )
