@@ -58,6 +58,18 @@ class Recorder:
         self.trace["frames"] += [hashlib.sha256(frame).hexdigest() for frame in out.frames]
 
 
+class RecordedOutcomes(Outcomes):
+    """Outcomes that also write each refusal's reason down, in order."""
+
+    def __init__(self, ledger: Ledger, rejects: list[str]):
+        super().__init__(ledger)
+        self.rejects = rejects
+
+    def refused(self, reason: str, data: bytes, *, sample: bool, size: int | None = None) -> None:
+        self.rejects.append(reason)
+        super().refused(reason, data, sample=sample, size=size)
+
+
 def message(rng: random.Random, index: int) -> bytes:
     """A datagram: mostly valid, some bad topics, oversized, truncated or mutated."""
     topic = rng.choice(TOPICS) if rng.random() > 0.03 else "bad topic/" + "x" * rng.randrange(3)
@@ -95,18 +107,11 @@ def run(seed: int) -> dict[str, Any]:
     }  # fmt: skip
     ledger = Ledger()
     registry = TopicRegistry(lambda topic: None)
-    outcomes = Outcomes(ledger)
+    outcomes = RecordedOutcomes(ledger, trace["rejects"])
     intake = Intake(
         registry, Appender(Recorder(trace)), ledger, SpoolPolicy(ledger, MEMORY_LIMIT), outcomes,
         max_message_bytes=4096,
     )  # fmt: skip
-    refused = outcomes.refused
-
-    def record_refusal(reason: str, data: bytes, sample: bool, size: int | None = None) -> None:
-        trace["rejects"].append(reason)
-        refused(reason, data, sample=sample, size=size)
-
-    outcomes.refused = record_refusal  # type: ignore[method-assign]
     for name in TOPICS:
         topic = registry.lookup(name.encode())
         assert topic is not None

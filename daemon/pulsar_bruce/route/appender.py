@@ -15,7 +15,7 @@ from typing import Protocol
 from pulsar_bruce.batch.batch_builder import encode_key_field
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation
-from pulsar_bruce.model.ledger import memory_charge
+from pulsar_bruce.model.ledger import ENTRY_OVERHEAD
 from pulsar_bruce.parse.datagram import pin_delivery_time
 from pulsar_bruce.parse.deliver_at import (
     DELIVER_AFTER_TAG,
@@ -157,4 +157,5 @@ def prepare(
     if key and partition_key < 0 and topic.key_hash is not None:
         partition_key = topic.key_hash(key)
     key_field = fields + encode_key_field(key) if key else fields
-    return key_field, partition_key, memory_charge(key_field, payload_size)
+    charge = len(key_field) + payload_size + ENTRY_OVERHEAD  # memory_charge, inlined: per message
+    return key_field, partition_key, charge

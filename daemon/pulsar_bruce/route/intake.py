@@ -29,6 +29,7 @@ from typing import Protocol
 
 from pulsar_bruce import reasons
 from pulsar_bruce.batch.batch_builder import BatchBuilder, encode_key_field
+from pulsar_bruce.model.admission import ACCEPT, DATAGRAM, REPLAY, SPILL, STREAM, WAIT, admission
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation
 from pulsar_bruce.model.ledger import ENTRY_OVERHEAD, Ledger
@@ -95,7 +96,7 @@ class Intake:
         self.admit_records: AdmitRecords = self.admit_records_py
         compiled_admitter = admitter()
         self._admitter = None if compiled_admitter is None else compiled_admitter(
-            self.admit_py, topics.states, accepted=self._accepted, headroom=self._headroom,
+            self.admit_py, topics.states, accepted=self._accepted, headroom=policy.room,
             seal=appender.seal, opened=appender.opened, tag_last=BatchBuilder.tag_last,
             encode_key_field=encode_key_field, entry_overhead=ENTRY_OVERHEAD,
             max_message_bytes=max_message_bytes,
@@ -128,10 +129,6 @@ class Intake:
         if tag is not None:
             tag.outstanding += count
 
-    def _headroom(self) -> int:
-        """The bytes memory can still take (``SpoolPolicy.room_for``'s test)."""
-        return self.policy.memory_limit - self.ledger.buffered_bytes
-
     # -- the hot path -------------------------------------------------------------
 
     def admit_py(self, data: bytes, tag: Confirmation | None = None, /) -> bool:
@@ -149,30 +146,32 @@ class Intake:
         topic_bytes, partition_key, timestamp, key, value_offset, fields = parsed
         topic = self._topic_of(topic_bytes) or self.topics.add(topic_bytes)
         if topic is None:
-            return self.refuse_message(reasons.BAD_TOPIC, data, tag)
-        state = topic.state
-        if len(data) > state.max_message_bytes:
-            return self.refuse_message(reasons.TOO_LARGE, data, tag, topic)
-        budget = state.rate_budget
-        if budget is not None and budget <= 0:
-            return self.refuse_message(reasons.RATE_LIMITED, data, tag, topic)
+            return self.refuse_message(reasons.BAD_TOPIC, data, tag, topic)
         key_field, partition_key, charge = prepare(
             topic, partition_key, key, fields, len(data) - value_offset, self.clock_ms
         )
-        ledger = self.ledger
-        if ledger.buffered_bytes + charge <= self.policy.memory_limit:  # policy.room_for(charge)
+        state, ledger, policy = topic.state, self.ledger, self.policy
+        verdict = admission(
+            state, len(data), charge, policy.memory_limit - ledger.buffered_bytes,
+            policy.buffer_max_bytes, DATAGRAM if tag is None else STREAM,
+        )  # fmt: skip
+        if verdict == ACCEPT:
+            budget = state.rate_budget
             self._accept(charge)
             if tag is not None:
                 tag.outstanding += 1
             self._place(topic, key_field, timestamp, data, value_offset, partition_key, charge, tag)
-        elif tag is not None:
-            if charge > self.policy.buffer_max_bytes:  # would never fit: not worth waiting for
-                return self.refuse_message(reasons.TOO_LARGE, data, tag, topic)
+        elif verdict == WAIT:
             return False  # backpressure: the stream edge offers it again later
-        elif self.policy.hold(pin_delivery_time(data, key_field) if key_field else data):
+        elif verdict == SPILL and policy.hold(
+            pin_delivery_time(data, key_field) if key_field else data
+        ):
+            budget = state.rate_budget
             ledger.spill()
         else:
-            return self.refuse_message(reasons.BUFFER_FULL, data, None, topic)
+            return self.refuse_message(
+                reasons.BUFFER_FULL if verdict == SPILL else verdict, data, tag, topic
+            )
         if budget is not None:
             state.rate_budget = budget - 1
         return True
@@ -239,9 +238,11 @@ class Intake:
             ledger.readmit(1, charge)
         else:
             ledger.unspill(charge)
-        if len(data) > topic.max_message_bytes:  # the topic's limit was lowered meanwhile
-            ledger.discard(reasons.TOO_LARGE, 1, charge, topic.stats)
-            self.outcomes.refused(reasons.TOO_LARGE, data, sample=False)
+        # Into memory whatever room it has: the memory check was made when it came in.
+        verdict = admission(topic.state, len(data), charge, charge, charge, REPLAY)
+        if verdict != ACCEPT:  # the topic's limit was lowered meanwhile
+            ledger.discard(verdict, 1, charge, topic.stats)
+            self.outcomes.refused(verdict, data, sample=False)
             return
         self._place(topic, key_field, timestamp, data, value_offset, partition_key, charge, None)
 

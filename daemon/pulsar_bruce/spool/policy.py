@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable
 
 from pulsar_bruce import reasons
+from pulsar_bruce.model.admission import ACCEPT, REPLAY, admission
 from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.spool import records
 from pulsar_bruce.spool.store import SpoolStore
@@ -63,13 +64,11 @@ class SpoolPolicy:
 
     # -- per message -----------------------------------------------------------------
 
-    def room_for(self, charge: int) -> bool:
-        """May a message charged ``charge`` bytes be kept in memory now?
-
-        The intake inlines this test (``buffered_bytes + charge <= memory_limit``)
-        on its per-message path; this method is the definition.
-        """
-        return self.ledger.buffered_bytes + charge <= self.memory_limit
+    def room(self) -> int:
+        """The bytes memory can take now: the admission decision's ``room``
+        (``model/admission.py``); negative while spilling.  The intake computes it inline
+        on its per-message path."""
+        return self.memory_limit - self.ledger.buffered_bytes
 
     def hold(self, datagram: bytes) -> bool:
         """Keep ``datagram`` for the disk (written by :meth:`write_held`); False: no room."""
@@ -122,11 +121,12 @@ class SpoolPolicy:
         """Give the first of ``held`` (records) to memory while it has room; how many."""
         if into_memory is None:
             return 0
-        ledger = self.ledger
+        ledger, capacity = self.ledger, self.buffer_max_bytes
         kept = 0
         for record in held:
             datagram = record[records.HEADER_SIZE + 1 :]
-            if ledger.buffered_bytes + len(datagram) > self.buffer_max_bytes:
+            size, room = len(datagram), capacity - ledger.buffered_bytes
+            if admission(None, size, size, room, capacity, REPLAY) != ACCEPT:
                 break
             into_memory(datagram)
             kept += 1
