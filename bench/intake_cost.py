@@ -24,7 +24,7 @@ from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProdu
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.topics import TopicRegistry
+from pulsar_bruce.route.registry import TopicRegistry
 from pulsar_bruce.spool.policy import SpoolPolicy
 from to_pulsar.encoding import encode_any_partition
 
@@ -59,8 +59,7 @@ def measure() -> tuple[float, float]:
     producers = [PartitionProducer(f"t-partition-{i}", i, i + 1, BatchPolicy()) for i in range(4)]
     for producer in producers:
         producer.ready = True
-    topic.attach(producers)
-    topic.partitioned = True
+    topic.attach(producers, partitioned=True)
     appender.route_waiting(topic)
     admit, admit_slab, slab = intake.admit, intake.admit_datagrams, [datagram] * SLAB
     best = best_slab = float("inf")

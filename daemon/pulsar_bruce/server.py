@@ -60,7 +60,7 @@ class Server:
         when scraped (the pipeline, built next, reports its batches to them)."""
         return Metrics(
             self.ledger,
-            lambda: self.pipeline.topics.registry,
+            lambda: self.pipeline.manager.registry,
             lambda: len(self.pipeline.pool.connections),
             self._spool_gauges,
         )
@@ -206,8 +206,8 @@ class Server:
         except ConfigError as exc:
             log.error("SIGHUP: configuration not reloaded: %s", exc)
             return
-        for topic in pipeline.topics.registry:
-            pipeline.topics.apply_settings(topic)
+        for topic in pipeline.manager.registry:
+            pipeline.manager.apply_settings(topic)
         ignored = [
             f.name
             for f in dataclasses.fields(config)
@@ -227,7 +227,7 @@ class Server:
         log.info(
             "SIGHUP: per-topic settings reloaded (%d overrides, %d topics)",
             len(config.topic_overrides),
-            len(pipeline.topics.registry),
+            len(pipeline.manager.registry),
         )
 
     # -- edges ---------------------------------------------------------------------------
@@ -275,7 +275,7 @@ class Server:
             service_url=self.config.service_url,
             config_file=self.config.config_file,
             stats=self.ledger,
-            topics=self.pipeline.topics.registry,
+            topics=self.pipeline.manager.registry,
             connections=[c.address for c in self.pipeline.pool.connections],
             recent_rejects=self.pipeline.outcomes.recent_rejects,
         )
@@ -309,7 +309,7 @@ class Server:
     def _rate_limited(self) -> dict[str, int]:
         """Each topic's rate_limited count, of the topics that have one."""
         counts = {}
-        for topic in self.pipeline.topics.registry:
+        for topic in self.pipeline.manager.registry:
             count = topic.stats.discarded.get(reasons.RATE_LIMITED)
             if count:
                 counts[topic.name] = count

@@ -29,7 +29,7 @@ from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.key_hash import HASHERS
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.topics import TopicRegistry
+from pulsar_bruce.route.registry import TopicRegistry
 from pulsar_bruce.spool.policy import SpoolPolicy
 from to_pulsar.encoding import encode_any_partition, encode_message_record, encode_partition_key
 
@@ -125,8 +125,7 @@ def run(seed: int) -> dict[str, Any]:
         if name == "plain":  # one partition down (failover), one being re-created (waited for)
             producers[2].ready = producers[2].available = False
             producers[3].ready = False
-        topic.attach(producers)
-        topic.partitioned = True
+        topic.attach(producers, partitioned=True)
         if key_based:
             topic.key_hash = HASHERS[KeyRouting.MURMUR3]
         if name == "limited":

@@ -26,9 +26,9 @@ from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProdu
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.key_hash import HASHERS
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.registry import TopicRegistry
 from pulsar_bruce.route.sequenced import SequencedSender
-from pulsar_bruce.route.topics import TopicRegistry
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.spool.policy import SpoolPolicy
 
 from tests.support.intake_trace import RecordedOutcomes
@@ -68,7 +68,7 @@ class Edge:
         producer = PartitionProducer(f"{topic.name}/{partition}", partition, self.ids, POLICY)
         producer.publish_as(name, first_sequence_id)
         producer.on_registered(name, -1)
-        topic.sequenced.append(producer)
+        topic.add_sequenced(producer)
         return producer
 
     def retire_sequenced(self, producers: list[PartitionProducer]) -> None:
@@ -78,8 +78,8 @@ class Edge:
 def attach(registry: TopicRegistry, name: str, count: int) -> None:
     topic = registry.lookup(name.encode())
     assert topic is not None
-    topic.attach(PartitionProducer(f"{name}-{i}", i, 1000 + i, POLICY) for i in range(count))
-    topic.partitioned = True
+    producers = (PartitionProducer(f"{name}-{i}", i, 1000 + i, POLICY) for i in range(count))
+    topic.attach(producers, partitioned=True)
 
 
 def relieve(registry: TopicRegistry, ledger: Ledger, edge: Edge, budget: int) -> None:

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Histogram, disable_created_metr
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from pulsar_bruce.model.ledger import Ledger
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic import Topic
 
 PREFIX = "pulsar_bruce"
 

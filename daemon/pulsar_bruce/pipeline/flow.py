@@ -54,14 +54,14 @@ class Pipeline:
         self.store = stages.spool_store(config)
         self.policy = stages.spool_policy(config, ledger, self.store, self.outcomes)
         self.topic_settings = TopicConfigurator(config)
-        self.topics = stages.batch_stage(
+        self.manager = stages.batch_stage(
             config, self.pool, self.outcomes, self.topic_settings, self.journal
         )
         self.intake = stages.admit_stage(
-            self.topics, ledger, self.policy, self.outcomes, self.topic_settings
+            self.manager, ledger, self.policy, self.outcomes, self.topic_settings
         )
         self.spooler = stages.spooler_stage(
-            self.store, self.policy, self.intake, self.pool, self.topics, self.journal
+            self.store, self.policy, self.intake, self.pool, self.manager, self.journal
         )
         #: Where the disk refuses a write, memory keeps what it has room for.
         self._into_memory = functools.partial(self.intake.replay_datagram, previous_run=False)
@@ -80,7 +80,7 @@ class Pipeline:
     def after_drain(self) -> None:
         """A drain ended: the spool's held datagrams to disk, the full batches to brokers."""
         self.policy.write_held(self._into_memory)
-        self.topics.flush_dirty()
+        self.manager.flush_dirty()
 
     def datagram_reader_for(self, sock: socket.socket) -> DatagramReader:
         """The read stage of the datagram socket (compiled or Python: the intake's kind);
@@ -117,7 +117,7 @@ class Pipeline:
     def sequenced_sender(self, name: str, first_sequence_id: int) -> SequencedSender:
         """A stream connection that began with a Producer record: its messages go under
         that name and ids, on producers of their own (exactly once across retries)."""
-        return SequencedSender(self.intake, self.topics, name, first_sequence_id)
+        return SequencedSender(self.intake, self.manager, name, first_sequence_id)
 
     # -- start and stop -----------------------------------------------------------------------
 
@@ -140,7 +140,7 @@ class Pipeline:
         if self.spooler is not None:
             self.spooler.open()
             self._spooling = asyncio.get_running_loop().create_task(self.spooler.run())
-        self.topics.start()
+        self.manager.start()
 
     def stop_reading(self, refuse_new: bool) -> None:
         """Shutdown, step 1: take what senders queued, then read nothing more; what is on
@@ -155,7 +155,7 @@ class Pipeline:
     def seal_all(self) -> None:
         """Shutdown, step 2: every held datagram to disk, every open batch sealed and sent."""
         self.policy.write_held(self._into_memory)
-        self.topics.seal_all()
+        self.manager.seal_all()
 
     async def settle(self, timeout_s: float, stop_now: asyncio.Event) -> None:
         """Shutdown, step 3: wait for receipts (``timeout_s``, or until ``stop_now``); the
@@ -163,7 +163,7 @@ class Pipeline:
         ledger = self.ledger
         await shutdown.wait_for_receipts(ledger, timeout_s, stop_now, self.spooler is not None)
         shutdown.keep_or_discard_the_rest(
-            self.topics.registry, ledger, self.outcomes, self.spooler, stop_now.is_set()
+            self.manager.registry, ledger, self.outcomes, self.spooler, stop_now.is_set()
         )
         self.journal.close()  # all of it is acked, spooled or discarded now
 
@@ -172,7 +172,7 @@ class Pipeline:
         if self._spooling is not None:
             self._spooling.cancel()
             await asyncio.gather(self._spooling, return_exceptions=True)
-        await self.topics.stop()
+        await self.manager.stop()
         self.pool.close_all()
         if self.stream_server is not None:
             await self.stream_server.stop()

@@ -96,7 +96,7 @@ def batch_stage(
 
 
 def admit_stage(
-    topics: TopicManager,
+    manager: TopicManager,
     ledger: Ledger,
     policy: SpoolPolicy,
     outcomes: Outcomes,
@@ -104,8 +104,8 @@ def admit_stage(
 ) -> Intake:
     """admit: validate, route and append each message, or discard it with a reason."""
     return Intake(
-        topics.registry,
-        topics.appender,
+        manager.registry,
+        manager.appender,
         ledger,
         policy,
         outcomes,
@@ -118,7 +118,7 @@ def spooler_stage(
     policy: SpoolPolicy,
     intake: Intake,
     pool: ConnectionPool,
-    topics: TopicManager,
+    manager: TopicManager,
     journal: JournalStage,
 ) -> Spooler | None:
     """The spool's replay and durability ticks (with a spool): replayed messages are
@@ -130,6 +130,6 @@ def spooler_stage(
         policy,
         intake,
         broker_reachable=lambda: bool(pool.connections),
-        after_replay=topics.flush_dirty,
+        after_replay=manager.flush_dirty,
         journal=journal,
     )

@@ -24,7 +24,7 @@ from pulsar_bruce.parse.deliver_at import (
     resolve_after,
 )
 from pulsar_bruce.producer.partition_producer import PartitionProducer
-from pulsar_bruce.route.router import Topic, WaitingMessage
+from pulsar_bruce.route.topic import Topic, WaitingMessage
 
 #: The first byte of a delayed message's metadata (``parse/deliver_at.py``): one int
 #: comparison per message before the prefix test.
@@ -112,7 +112,7 @@ class Appender:
             if key_field and key_field[0] == _DELAYED:  # kept as it came: keep its time too
                 data = pin_delivery_time(data, key_field)
             message = (key_field, timestamp, data, value_offset, partition_key, charge)
-            topic.unrouted.append(WaitingMessage(*message, confirmation))
+            topic.wait(WaitingMessage(*message, confirmation))
 
     def queue_sealed(self, topic: Topic, partition: int, batch: SealedBatch) -> None:
         """A batch back from the spool goes to its partition (or any, if that is gone)."""
@@ -123,10 +123,9 @@ class Appender:
 
     def route_waiting(self, topic: Topic) -> None:
         """``topic`` has producers now: queue its spooled batches, route its waiting messages."""
-        spooled, topic.unrouted_batches = topic.unrouted_batches, []
+        spooled, waiting = topic.take_waiting()
         for partition, batch in spooled:
             self.queue_sealed(topic, partition, batch)
-        waiting, topic.unrouted = topic.unrouted, []
         for message in waiting:
             self.place(
                 topic,

@@ -38,8 +38,8 @@ from pulsar_bruce.parse.datagram import parse_datagram, pin_delivery_time
 from pulsar_bruce.parse.deliver_at import epoch_ms
 from pulsar_bruce.route.appender import Appender, prepare
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.router import Topic
-from pulsar_bruce.route.topics import TopicRegistry
+from pulsar_bruce.route.registry import TopicRegistry
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.spool.journal_records import Recovered
 from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.spool.records import SpooledBatch
@@ -70,7 +70,7 @@ class Intake:
 
     def __init__(
         self,
-        topics: TopicRegistry,
+        registry: TopicRegistry,
         appender: Appender,
         ledger: Ledger,
         policy: SpoolPolicy,
@@ -79,8 +79,8 @@ class Intake:
         max_message_bytes: int,
         clock_ms: Callable[[], int] = epoch_ms,
     ):
-        self.topics = topics
-        self._topic_of = topics.by_bytes.get
+        self.registry = registry
+        self._topic_of = registry.by_bytes.get
         self.appender = appender
         self._place = appender.place
         self.ledger = ledger
@@ -96,7 +96,7 @@ class Intake:
         self.admit_records: AdmitRecords = self.admit_records_py
         compiled_admitter = admitter()
         self._admitter = None if compiled_admitter is None else compiled_admitter(
-            self.admit_py, topics.states, accepted=self._accepted, headroom=policy.room,
+            self.admit_py, registry.states, accepted=self._accepted, headroom=policy.room,
             seal=appender.seal, opened=appender.opened, tag_last=BatchBuilder.tag_last,
             encode_key_field=encode_key_field, entry_overhead=ENTRY_OVERHEAD,
             max_message_bytes=max_message_bytes,
@@ -144,7 +144,7 @@ class Intake:
         if isinstance(parsed, str):
             return self.refuse_message(parsed, data, tag)
         topic_bytes, partition_key, timestamp, key, value_offset, fields = parsed
-        topic = self._topic_of(topic_bytes) or self.topics.add(topic_bytes)
+        topic = self._topic_of(topic_bytes) or self.registry.add(topic_bytes)
         if topic is None:
             return self.refuse_message(reasons.BAD_TOPIC, data, tag, topic)
         key_field, partition_key, charge = prepare(
@@ -221,7 +221,7 @@ class Intake:
         """
         ledger = self.ledger
         parsed = parse_datagram(data)
-        topic = None if isinstance(parsed, str) else self.topics.lookup(parsed[0])
+        topic = None if isinstance(parsed, str) else self.registry.lookup(parsed[0])
         if isinstance(parsed, str) or topic is None:
             reason = parsed if isinstance(parsed, str) else reasons.BAD_TOPIC
             if previous_run:
@@ -267,7 +267,7 @@ class Intake:
 
     def replay_batch(self, spooled: SpooledBatch) -> None:
         """A batch an earlier run wrote to the spool at shutdown: received (again) now."""
-        topic = self.topics.lookup(spooled.topic.encode())
+        topic = self.registry.lookup(spooled.topic.encode())
         charge = len(spooled.entries)
         if topic is None:
             self.ledger.readmit(spooled.count, charge)
@@ -286,7 +286,7 @@ class Intake:
         if topic.producers:
             self.appender.queue_sealed(topic, spooled.partition, batch)
         else:
-            topic.unrouted_batches.append((spooled.partition, batch))
+            topic.wait_sealed(spooled.partition, batch)
 
 
 def admit_each(

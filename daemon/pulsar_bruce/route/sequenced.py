@@ -39,7 +39,7 @@ from pulsar_bruce.parse.producer_record import API_KEY_PRODUCER
 from pulsar_bruce.producer.partition_producer import PartitionProducer
 from pulsar_bruce.route.appender import prepare
 from pulsar_bruce.route.intake import Intake, admit_each
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic import Topic
 
 _PRODUCER_KEY = API_KEY_PRODUCER.to_bytes(2, "big")
 
@@ -89,8 +89,8 @@ class SequencedSender:
         if isinstance(parsed, str):
             return self._refused(parsed, data, tag, None)
         topic_bytes, partition_key, timestamp, key, value_offset, fields = parsed
-        topics = intake.topics
-        topic = topics.by_bytes.get(topic_bytes) or topics.add(topic_bytes)
+        registry = intake.registry
+        topic = registry.by_bytes.get(topic_bytes) or registry.add(topic_bytes)
         if topic is None:
             return self._refused(reasons.BAD_TOPIC, data, tag, None)
         key_field, partition_key, charge = prepare(

@@ -31,9 +31,9 @@ from pulsar_bruce.producer.partition_producer import PartitionProducer
 from pulsar_bruce.producer.sequenced_driver import SequencedDriver
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.registry import TopicRegistry
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.route.topic_settings import TopicConfigurator
-from pulsar_bruce.route.topics import TopicRegistry
 from pulsar_bruce.spool.journal_stage import NO_JOURNAL, JournalStage
 from pulsar_bruce.topics.rate_limit import RateLimiter
 
@@ -151,7 +151,7 @@ class TopicManager:
             on_closed=functools.partial(self._sequenced_closed, topic),
         )
         self.drivers[producer.producer_id] = driver
-        topic.sequenced.append(producer)
+        topic.add_sequenced(producer)
         driver.start()
         return producer
 
@@ -165,8 +165,7 @@ class TopicManager:
     def _sequenced_closed(self, topic: Topic, driver: SequencedDriver) -> None:
         self.drivers.pop(driver.producer.producer_id, None)
         self._dirty.discard(driver)
-        with contextlib.suppress(ValueError):
-            topic.sequenced.remove(driver.producer)
+        topic.remove_sequenced(driver.producer)
 
     def flush_dirty(self) -> None:
         """After a socket drain: journal what it read, write the batches that filled up."""
@@ -225,11 +224,11 @@ class TopicManager:
                 log.info("%s grew to %d partitions", topic.name, count)
         listener = self.outcomes.for_topic(topic)
         policy = self.settings.policy(topic)
-        new, attached = [], []
+        new, attached, borrowed = [], [], []
         for index, name in enumerate(names, start=len(topic.producers)):
             producer = self._by_broker_topic.get(name)
             if producer is not None:  # also addressed as t-partition-N, or as t: share it
-                topic.borrowed.add(producer.producer_id)
+                borrowed.append(producer.producer_id)
                 attached.append(producer)
                 continue
             producer = PartitionProducer(name, index, next(self._producer_ids), policy)
@@ -242,8 +241,7 @@ class TopicManager:
             self._by_broker_topic[name] = producer
             new.append(producer)
             attached.append(producer)
-        topic.partitioned = count > 0
-        topic.attach(attached)
+        topic.attach(attached, partitioned=count > 0, borrowed=borrowed)
         self.appender.route_waiting(topic)
         for producer in new:
             self.drivers[producer.producer_id].start()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic import Topic
 
 
 class RateLimiter:

@@ -12,7 +12,7 @@ from pulsar_bruce.model.ledger import Ledger, TopicCounters
 
 
 def fake_topic(name: str, acked: int, buffered: int, ready: list[bool]) -> Any:
-    """What the collector reads of a route.router.Topic, nothing more."""
+    """What the collector reads of a route.topic.Topic, nothing more."""
     stats = TopicCounters()
     stats.acked = acked
     stats.discarded["too_large"] = 1

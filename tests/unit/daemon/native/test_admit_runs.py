@@ -17,7 +17,7 @@ from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProdu
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.topics import TopicRegistry
+from pulsar_bruce.route.registry import TopicRegistry
 from pulsar_bruce.spool.policy import SpoolPolicy
 from to_pulsar.encoding import encode_any_partition
 

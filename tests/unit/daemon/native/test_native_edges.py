@@ -15,7 +15,7 @@ from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProdu
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.topics import TopicRegistry
+from pulsar_bruce.route.registry import TopicRegistry
 from pulsar_bruce.spool.policy import SpoolPolicy
 from to_pulsar.encoding import encode_any_partition
 
@@ -65,7 +65,7 @@ def test_limits_beyond_int64_admit_as_the_python_intake_does(case: str) -> None:
         intake, producer = _intake(case)
         admit = intake.admit if compiled_path else intake.admit_py
         assert admit(data) is True
-        topic = intake.topics.lookup(b"t")
+        topic = intake.registry.lookup(b"t")
         assert topic is not None
         results.append((producer.batch.buffer, intake.ledger.buffered_bytes, topic.rate_budget))
     assert results[0] == results[1]

@@ -25,7 +25,7 @@ from pulsar_bruce.producer.answers import BrokerAnswers
 from pulsar_bruce.producer.faults import count_failure
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
 from pulsar_bruce.route.appender import Appender
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.spool.journal import Journal
 
 from tests.unit.daemon.producer.broker_model import NAME, PRODUCER_ID, TOPIC, Broker

@@ -22,7 +22,7 @@ from pulsar_bruce.producer.driver import ProducerDriver
 from pulsar_bruce.producer.faults import one_line
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.route.topic_settings import TopicConfigurator
 from pulsar_bruce.topics.manager import TopicManager
 

@@ -19,8 +19,8 @@ from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProdu
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.router import Topic
-from pulsar_bruce.route.topics import TopicRegistry
+from pulsar_bruce.route.registry import TopicRegistry
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.service.shutdown import keep_or_discard_the_rest
 from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.spool.spooler import Spooler
@@ -201,8 +201,7 @@ class Harness:
             self._next_id += 1
             producer.ready = ready
             producers.append(producer)
-        topic.partitioned = partitions > 0
-        topic.attach(producers)
+        topic.attach(producers, partitioned=partitions > 0)
         self.appender.route_waiting(topic)
         self.check()
         return producers

@@ -21,9 +21,9 @@ from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.key_hash import HASHERS, java_string_hash, murmur3_hash
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.registry import TopicRegistry
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.route.topic_settings import TopicConfigurator
-from pulsar_bruce.route.topics import TopicRegistry
 from pulsar_bruce.spool.policy import SpoolPolicy
 from to_pulsar.encoding import encode_any_partition, encode_partition_key
 
@@ -79,8 +79,7 @@ def intake_with(partitions: int, routing: KeyRouting) -> tuple[Intake, Topic]:
     for index in range(partitions):
         producer = PartitionProducer(f"{T}-partition-{index}", index, index + 1, BatchPolicy())
         producer.ready = True
-        topic.attach([producer])
-    topic.partitioned = partitions > 0
+        topic.attach([producer], partitioned=partitions > 0)
     return intake, topic
 
 

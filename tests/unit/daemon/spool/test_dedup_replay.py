@@ -17,7 +17,7 @@ from pulsar_bruce.frame.codec import FrameDecoder
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
 from pulsar_bruce.route.appender import Appender
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.spool import records
 
 T = "persistent://public/default/t"

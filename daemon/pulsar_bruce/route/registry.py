@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from pulsar_bruce.parse.topic import normalize_topic
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.route.topic_state import TopicState
 
 #: Bad topic names remembered (so a flood of them costs one dict lookup each), at most.
