@@ -40,13 +40,17 @@ MEMORY_LIMIT = 16 * 1024
 
 
 class Recorder:
-    """Batch events: sealed batches are framed at once and written down."""
+    """The edge: batches sealed are framed and written down after each call."""
 
     def __init__(self, trace: dict[str, Any]):
         self.trace = trace
 
-    def batch_opened(self, producer: PartitionProducer) -> None:
-        self.trace["opened"] += 1
+    def take(self, appender: Appender) -> None:
+        """What the appender wrote down since the last call (as the topic manager takes it)."""
+        opened, sealed = appender.take_batches()
+        self.trace["opened"] += len(opened)
+        for producer in sealed:
+            self.batch_sealed(producer)
 
     def batch_sealed(self, producer: PartitionProducer) -> None:
         for batch in list(producer.pending)[producer.in_flight :]:
@@ -106,10 +110,11 @@ def run(seed: int) -> dict[str, Any]:
         "rejects": [], "batches": [], "frames": [], "opened": 0, "ledger_after_slabs": [],
     }  # fmt: skip
     ledger = Ledger()
-    registry = TopicRegistry(lambda topic: None)
+    registry = TopicRegistry()
     outcomes = RecordedOutcomes(ledger, trace["rejects"])
+    appender, recorder = Appender(), Recorder(trace)
     intake = Intake(
-        registry, Appender(Recorder(trace)), ledger, SpoolPolicy(ledger, MEMORY_LIMIT), outcomes,
+        registry, appender, ledger, SpoolPolicy(ledger, MEMORY_LIMIT), outcomes,
         max_message_bytes=4096,
     )  # fmt: skip
     for name in TOPICS:
@@ -153,6 +158,7 @@ def run(seed: int) -> dict[str, Any]:
             )  # the compiled intake tells the ledger once per call: by its end
         else:
             intake.admit(data)
+        recorder.take(appender)
         if index % 400 == 399:  # the broker acks everything sent so far
             for topic in registry:
                 for producer in topic.producers:

@@ -41,17 +41,19 @@ PUBLISH_TIME_MS = 1_700_000_000_000
 
 
 class Edge:
-    """The batch events and the topic manager's sequenced producers, written down."""
+    """The topic manager's part: batches taken from the appender, sequenced producers."""
 
-    def __init__(self, trace: dict[str, Any]):
+    def __init__(self, trace: dict[str, Any], appender: Appender):
         self.trace = trace
+        self.appender = appender
         self.ids = 0
 
-    def batch_opened(self, producer: PartitionProducer) -> None:
-        self.trace["opened"] += 1
-
-    def batch_sealed(self, producer: PartitionProducer) -> None:
-        self.write(producer)
+    def take(self) -> None:
+        """What the appender wrote down since the last call: sealed batches are written."""
+        opened, sealed = self.appender.take_batches()
+        self.trace["opened"] += len(opened)
+        for producer in sealed:
+            self.write(producer)
 
     def write(self, producer: PartitionProducer) -> None:
         for batch in list(producer.pending)[producer.in_flight :]:
@@ -84,6 +86,7 @@ def attach(registry: TopicRegistry, name: str, count: int) -> None:
 
 def relieve(registry: TopicRegistry, ledger: Ledger, edge: Edge, budget: int) -> None:
     """What the edge does while a record waits: receipts, a new interval, a lookup."""
+    edge.take()
     for topic in registry:
         for producer in topic.sequenced:
             if producer.seal() is not None:
@@ -100,11 +103,12 @@ def relieve(registry: TopicRegistry, ledger: Ledger, edge: Edge, budget: int) ->
 def run(workload: dict[str, Any]) -> dict[str, Any]:
     trace: dict[str, Any] = {"stops": [], "rejects": [], "batches": [], "frames": [], "opened": 0}
     ledger = Ledger()
-    registry = TopicRegistry(lambda topic: None)
-    edge = Edge(trace)
+    registry = TopicRegistry()
+    appender = Appender()
+    edge = Edge(trace, appender)
     outcomes = RecordedOutcomes(ledger, trace["rejects"])
     intake = Intake(
-        registry, Appender(edge), ledger, SpoolPolicy(ledger, workload["memory"]), outcomes,
+        registry, appender, ledger, SpoolPolicy(ledger, workload["memory"]), outcomes,
         max_message_bytes=2048,
     )  # fmt: skip
     attach(registry, "plain", 3)
@@ -119,6 +123,7 @@ def run(workload: dict[str, Any]) -> dict[str, Any]:
     stream, start, stuck = Confirmation(lambda: None), 0, -1
     while start < len(records):
         stop = sender.admit_records(records, start, stream, API_KEY_FLUSH_REQUEST)
+        edge.take()
         trace["stops"].append(stop)
         if stop < len(records) and records[stop][4:6] != API_KEY_FLUSH_REQUEST.to_bytes(2, "big"):
             if stop == stuck:  # waits even after relief: say so, and go on past it

@@ -13,7 +13,8 @@ outcome   ``Outcomes.acked``              or ``Outcomes.discarded``, with a reas
 ========  ==============================  =========================================
 
 (docs/design.md opens with the same table, with each function's module.)  Every
-stage is built once, in that order, by ``stages.py``; the shutdown runs the path to
+stage is built once by ``stages.py``, each after the stages it calls (its docstring
+gives the order); the shutdown runs the path to
 its end (:meth:`Pipeline.stop_reading`, :meth:`seal_all`, :meth:`settle`).
 """
 
@@ -22,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import socket
+import time
+from collections.abc import Callable
 
 from pulsar_bruce.config import Config
 from pulsar_bruce.connection.security import ConnectionSecurity
@@ -29,7 +32,9 @@ from pulsar_bruce.input.socket_reader import DatagramReader, datagram_reader
 from pulsar_bruce.input.stream_server import StreamServer
 from pulsar_bruce.input.stream_session import RecordBudget
 from pulsar_bruce.model.ledger import Ledger
+from pulsar_bruce.parse.deliver_at import epoch_ms
 from pulsar_bruce.pipeline import stages
+from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.outcomes import BatchObserver
 from pulsar_bruce.route.sequenced import SequencedSender
 from pulsar_bruce.route.topic_settings import TopicConfigurator
@@ -45,23 +50,33 @@ class Pipeline:
         ledger: Ledger,
         security: ConnectionSecurity,
         observer: BatchObserver | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = epoch_ms,
     ):
         self.config = config
         self.ledger = ledger
+        #: Now, in seconds (timeouts, ticks, latencies) and in epoch ms (timestamps): the
+        #: clocks every stage is given.
+        self.clock, self.wall_ms = clock, wall_ms
         self.pool = stages.send_stage(config, security)
         self.journal = stages.journal_stage(config)
         self.outcomes = stages.outcome_stage(config, ledger, self.journal, observer)
         self.store = stages.spool_store(config)
         self.policy = stages.spool_policy(config, ledger, self.store, self.outcomes)
         self.topic_settings = TopicConfigurator(config)
+        self.registry = stages.topic_registry(self.topic_settings)
+        self.appender = Appender()
         self.manager = stages.batch_stage(
-            config, self.pool, self.outcomes, self.topic_settings, self.journal
-        )
+            config, self.pool, self.outcomes, self.topic_settings, self.journal,
+            self.registry, self.appender, clock, wall_ms,
+        )  # fmt: skip
         self.intake = stages.admit_stage(
-            self.manager, ledger, self.policy, self.outcomes, self.topic_settings
-        )
+            self.registry, self.appender, ledger, self.policy, self.outcomes,
+            self.topic_settings, wall_ms,
+        )  # fmt: skip
         self.spooler = stages.spooler_stage(
-            self.store, self.policy, self.intake, self.pool, self.manager, self.journal
+            self.store, self.policy, self.intake, self.pool, self.manager, self.journal, clock
         )
         #: Where the disk refuses a write, memory keeps what it has room for.
         self._into_memory = functools.partial(self.intake.replay_datagram, previous_run=False)
@@ -73,8 +88,9 @@ class Pipeline:
     # -- the path -------------------------------------------------------------------------
 
     def after_slab(self, consume: tuple[int, int] | None) -> None:
-        """A slab was admitted: journal it, then (``consume``: socket fd, datagrams peeked)
-        take it off the socket's queue."""
+        """A slab was admitted: what it did taken (new topics, batches opened and sealed),
+        journalled, then (``consume``: socket fd, datagrams peeked) off the socket's queue."""
+        self.manager.collect()
         self.journal.sync(consume)
 
     def after_drain(self) -> None:
@@ -130,6 +146,7 @@ class Pipeline:
         """What a crash left first (the journal), then read both sockets, replay the spool
         and look topics up."""
         self.intake.replay_journal(self.journal.open())
+        self.manager.collect()  # its topics looked up (and journalled) before the old goes
         self.journal.drop_previous()
         self.reader = self.datagram_reader_for(datagram_socket)
         self.reader.start()
@@ -161,7 +178,9 @@ class Pipeline:
         """Shutdown, step 3: wait for receipts (``timeout_s``, or until ``stop_now``); the
         rest to the spool, or discarded; the journal goes once all of it is settled."""
         ledger = self.ledger
-        await shutdown.wait_for_receipts(ledger, timeout_s, stop_now, self.spooler is not None)
+        await shutdown.wait_for_receipts(
+            ledger, timeout_s, stop_now, self.spooler is not None, self.clock
+        )
         shutdown.keep_or_discard_the_rest(
             self.manager.registry, ledger, self.outcomes, self.spooler, stop_now.is_set()
         )

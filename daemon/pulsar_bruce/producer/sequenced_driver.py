@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
 from pulsar_bruce.connection.broker_connection import ConnectionClosedError, ServerError
 from pulsar_bruce.connection.pool import ConnectionPool
 from pulsar_bruce.frame import commands
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
+from pulsar_bruce.parse.deliver_at import epoch_ms
 from pulsar_bruce.producer.delivery import DeliveryListener, DeliveryPolicy
 from pulsar_bruce.producer.driver import ProducerDriver
 from pulsar_bruce.producer.faults import Refusal, creation_refusal
@@ -46,8 +48,10 @@ class SequencedDriver(ProducerDriver):
         delivery: DeliveryPolicy | None = None,
         *,
         on_closed: Callable[[SequencedDriver], None] = lambda driver: None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = epoch_ms,
     ):
-        super().__init__(producer, pool, listener, delivery)
+        super().__init__(producer, pool, listener, delivery, clock=clock, wall_ms=wall_ms)
         #: Told once the producer is closed on the broker (its topic manager forgets it).
         self.on_closed = on_closed
 

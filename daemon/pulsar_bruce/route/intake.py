@@ -16,9 +16,10 @@ only the state it owns (each topic's ``TopicState``, each partition's
 through what it is constructed with here (``native/_intake.pyi``).
 
 Work that needs I/O or a clock (a new topic's partition count, linger timers,
-writing sealed batches) is handed to the edge by the topic registry and the
-:class:`~pulsar_bruce.route.appender.Appender`, once per topic or per batch,
-never per message.
+writing sealed batches) is written down by the topic registry and the
+:class:`~pulsar_bruce.route.appender.Appender`, once per topic or per batch, never
+per message, and taken by the edge after each slab and drain
+(``TopicManager.collect``): nothing here calls back up.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from pulsar_bruce import reasons
 from pulsar_bruce.model.ledger import Ledger
@@ -27,9 +27,14 @@ _POLL_S = 0.02
 
 
 async def wait_for_receipts(
-    ledger: Ledger, timeout_s: float, stop_now: asyncio.Event, spool: bool
+    ledger: Ledger,
+    timeout_s: float,
+    stop_now: asyncio.Event,
+    spool: bool,
+    clock: Callable[[], float] = time.monotonic,
 ) -> None:
-    """Wait until what memory holds is acknowledged, ``timeout_s`` at most, or ``stop_now``."""
+    """Wait until what memory holds is acknowledged, ``timeout_s`` at most (on ``clock``),
+    or ``stop_now``."""
     waiting = ledger.buffered_messages - ledger.spooled_messages
     if waiting <= 0 or timeout_s <= 0 or stop_now.is_set():
         return
@@ -40,10 +45,10 @@ async def wait_for_receipts(
         waiting,
         "spooling" if spool else "discarding",
     )
-    deadline = time.monotonic() + timeout_s
+    deadline = clock() + timeout_s
     while (
         ledger.buffered_messages > ledger.spooled_messages
-        and time.monotonic() < deadline
+        and clock() < deadline
         and not stop_now.is_set()
     ):
         await asyncio.sleep(_POLL_S)

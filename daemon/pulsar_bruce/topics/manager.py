@@ -16,12 +16,14 @@ import dataclasses
 import functools
 import itertools
 import logging
-from collections.abc import Coroutine
+import time
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from pulsar_bruce import reasons
 from pulsar_bruce.connection.broker_connection import ConnectionClosedError, ServerError
 from pulsar_bruce.connection.pool import ConnectionPool, TopicLookupError
+from pulsar_bruce.parse.deliver_at import epoch_ms
 from pulsar_bruce.parse.topic import is_partition_name, partition_name
 from pulsar_bruce.producer.backoff import Retry
 from pulsar_bruce.producer.delivery import DeliveryPolicy
@@ -52,10 +54,14 @@ class TopicManager:
         outcomes: Outcomes,
         settings: TopicConfigurator,
         delivery: DeliveryPolicy,
+        registry: TopicRegistry,
+        appender: Appender,
         *,
         producer_name: str | None = None,
         metadata_refresh_s: float = 0.0,
         journal: JournalStage = NO_JOURNAL,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = epoch_ms,
     ):
         self.pool = pool
         self.outcomes = outcomes
@@ -63,6 +69,8 @@ class TopicManager:
         self.delivery = delivery
         self.producer_name = producer_name
         self.metadata_refresh_s = metadata_refresh_s
+        #: The drivers' clocks: now in seconds (timeouts, latencies), in epoch ms (frames).
+        self.clock, self.wall_ms = clock, wall_ms
         #: The journal stage: the write-ahead journal, or none (``spool/journal_stage.py``).
         self.journal = journal
         self.drivers: dict[int, ProducerDriver] = {}
@@ -73,9 +81,9 @@ class TopicManager:
         self._by_broker_topic: dict[str, PartitionProducer] = {}
         self._producer_ids = itertools.count(1)
         self._tasks: set[asyncio.Task[None]] = set()
-        #: The parts the intake shares; they report back to this manager.
-        self.appender = Appender(self)
-        self.registry = TopicRegistry(self.topic_added)
+        #: The parts the intake shares: what they write down, :meth:`collect` acts on.
+        self.registry = registry
+        self.appender = appender
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -102,7 +110,18 @@ class TopicManager:
                     self.batch_sealed(producer)
         self.flush_dirty()
 
-    # -- events from the registry and the appender ------------------------------------------
+    # -- what the registry and the appender wrote down -------------------------------------
+
+    def collect(self) -> None:
+        """What the intake did since the last call: new topics are looked up, the batches it
+        opened get their linger timers, those it sealed are marked to be written."""
+        for topic in self.registry.take_added():
+            self.topic_added(topic)
+        opened, sealed = self.appender.take_batches()
+        for producer in opened:
+            self.batch_opened(producer)
+        for producer in sealed:
+            self.batch_sealed(producer)
 
     def topic_added(self, topic: Topic) -> None:
         self.journal.topic_added(topic)
@@ -149,6 +168,8 @@ class TopicManager:
             self.outcomes.for_topic(topic),
             self.delivery,
             on_closed=functools.partial(self._sequenced_closed, topic),
+            clock=self.clock,
+            wall_ms=self.wall_ms,
         )
         self.drivers[producer.producer_id] = driver
         topic.add_sequenced(producer)
@@ -169,6 +190,7 @@ class TopicManager:
 
     def flush_dirty(self) -> None:
         """After a socket drain: journal what it read, write the batches that filled up."""
+        self.collect()
         self.journal.sync()
         if self._dirty:
             for driver in self._dirty:
@@ -236,8 +258,9 @@ class TopicManager:
                 producer.name_as(self.producer_name)
             self.journal.producer_added(producer, topic.name, index)
             self.drivers[producer.producer_id] = ProducerDriver(
-                producer, self.pool, listener, self.delivery, self.journal
-            )
+                producer, self.pool, listener, self.delivery, self.journal,
+                clock=self.clock, wall_ms=self.wall_ms,
+            )  # fmt: skip
             self._by_broker_topic[name] = producer
             new.append(producer)
             attached.append(producer)

@@ -25,20 +25,12 @@ pytestmark = pytest.mark.skipif(compiled is None, reason="the compiled intake is
 HUGE = parse_size("10000000000GiB")
 
 
-class _Events:
-    def batch_opened(self, producer: PartitionProducer) -> None:
-        pass
-
-    def batch_sealed(self, producer: PartitionProducer) -> None:
-        pass
-
-
 def _intake(case: str) -> tuple[Intake, PartitionProducer]:
     ledger = Ledger()
-    registry = TopicRegistry(lambda topic: None)
+    registry = TopicRegistry()
     memory = HUGE if case == "memory_limit" else 1 << 30
     intake = Intake(
-        registry, Appender(_Events()), ledger, SpoolPolicy(ledger, memory), Outcomes(ledger),
+        registry, Appender(), ledger, SpoolPolicy(ledger, memory), Outcomes(ledger),
         max_message_bytes=HUGE if case == "max_message_bytes" else 1 << 20,
     )  # fmt: skip
     topic = registry.lookup(b"t")

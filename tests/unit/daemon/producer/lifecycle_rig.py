@@ -128,15 +128,11 @@ class Process(BrokerAnswers):
             elif spooled.producer_name:  # refused after a write that may be stored
                 batch.stored_before = True
                 outcomes.batches_possibly_stored([batch])
-            Appender(self).queue_sealed(self.topic, spooled.partition, batch)
+            appender = Appender()
+            appender.queue_sealed(self.topic, spooled.partition, batch)
+            for producer in appender.take_batches()[1]:  # what the topic manager does
+                self.journal.touched(producer)
         self.journal.drop_previous()
-
-    # BatchEvents
-    def batch_opened(self, producer: PartitionProducer) -> None:
-        self.journal.touched(producer)
-
-    def batch_sealed(self, producer: PartitionProducer) -> None:
-        self.journal.touched(producer)
 
     # -- what the driver does ------------------------------------------------------------
 

@@ -55,20 +55,22 @@ def test_the_configurator_gives_a_topic_its_hash(tmp_path: Path) -> None:
 # -- routing through the intake ---------------------------------------------------------------
 
 
-class Events:
-    def batch_opened(self, producer: PartitionProducer) -> None:
-        pass
+class KeyRouted:
+    """A configurator that gives each new topic the key routing ``routing``."""
 
-    def batch_sealed(self, producer: PartitionProducer) -> None:
-        pass
+    def __init__(self, routing: KeyRouting):
+        self.routing = routing
+
+    def apply(self, topic: Topic) -> None:
+        topic.key_hash = HASHERS[self.routing]
 
 
 def intake_with(partitions: int, routing: KeyRouting) -> tuple[Intake, Topic]:
     ledger = Ledger()
-    registry = TopicRegistry(lambda topic: setattr(topic, "key_hash", HASHERS[routing]))
+    registry = TopicRegistry(KeyRouted(routing))
     intake = Intake(
         registry,
-        Appender(Events()),
+        Appender(),
         ledger,
         SpoolPolicy(ledger, 1 << 24, None, unreachable_after_s=10),
         Outcomes(ledger),

@@ -24,9 +24,12 @@ def writes(source: str) -> list[str]:
             targets = [t for target in node.targets for t in ast.walk(target)]
         elif isinstance(node, ast.AugAssign | ast.AnnAssign):
             targets = [node.target]
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            if node.func.attr in MUTATORS:
-                targets = [node.func.value]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in MUTATORS
+        ):
+            targets = [node.func.value]
         for target in targets:
             if (
                 isinstance(target, ast.Attribute)
