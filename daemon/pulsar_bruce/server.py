@@ -25,7 +25,7 @@ from pulsar_bruce import reasons
 from pulsar_bruce.config import TOPIC_OPTIONS, Config, ConfigError
 from pulsar_bruce.input.unix_sockets import open_unix_socket
 from pulsar_bruce.metrics.http import MetricsServer
-from pulsar_bruce.metrics.registry import Metrics, SpoolGauges
+from pulsar_bruce.metrics.registry import BatchHistograms, Metrics
 from pulsar_bruce.metrics.reject_log import RateLimitLog, RejectLog
 from pulsar_bruce.metrics.status import status_document
 from pulsar_bruce.model.ledger import Ledger
@@ -49,20 +49,19 @@ class Server:
         self.ledger = Ledger()
         # TLS context and credentials, built once (ConfigError naming the option if unusable).
         self.security = connection_security(config)
+        self.histograms = BatchHistograms()
+        self.pipeline = Pipeline(config, self.ledger, self.security, observer=self.histograms)
         self.metrics = self._metrics()
-        self.pipeline = Pipeline(config, self.ledger, self.security, observer=self.metrics)
         self._lifecycle_state()
 
     # -- construction steps -------------------------------------------------------------
 
     def _metrics(self) -> Metrics:
         """The Prometheus families; they read the pipeline's topics, connections and spool
-        when scraped (the pipeline, built next, reports its batches to them)."""
+        when scraped, and expose the histograms the pipeline reports its batches to."""
+        pipeline = self.pipeline
         return Metrics(
-            self.ledger,
-            lambda: self.pipeline.manager.registry,
-            lambda: len(self.pipeline.pool.connections),
-            self._spool_gauges,
+            self.ledger, pipeline.manager.registry, pipeline.pool, pipeline.store, self.histograms
         )
 
     def _lifecycle_state(self) -> None:
@@ -263,10 +262,6 @@ class Server:
             config.socket, socket.SOCK_DGRAM, config.socket_mode, config.socket_group
         )
         return own, activated_stream
-
-    def _spool_gauges(self) -> SpoolGauges:
-        store = self.pipeline.store
-        return SpoolGauges(store.size_bytes, store.corrupt_records) if store else SpoolGauges(0, 0)
 
     def status_document(self) -> dict[str, Any]:
         return status_document(
