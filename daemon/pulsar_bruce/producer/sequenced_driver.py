@@ -47,13 +47,12 @@ class SequencedDriver(ProducerDriver):
         listener: DeliveryListener,
         delivery: DeliveryPolicy | None = None,
         *,
-        on_closed: Callable[[SequencedDriver], None] = lambda driver: None,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = epoch_ms,
     ):
         super().__init__(producer, pool, listener, delivery, clock=clock, wall_ms=wall_ms)
-        #: Told once the producer is closed on the broker (its topic manager forgets it).
-        self.on_closed = on_closed
+        #: The producer is closed on the broker: its topic manager may forget it.
+        self.closed = False
 
     def retire(self) -> None:
         """The sender is gone: send what it left, then close the producer on the broker."""
@@ -111,4 +110,4 @@ class SequencedDriver(ProducerDriver):
                     timeout=self.receipt_timeout_s,
                 )
         log.debug("producer %s closed on %s", producer.name, producer.topic)
-        self.on_closed(self)
+        self.closed = True

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import itertools
 import logging
 import time
@@ -74,12 +73,14 @@ class TopicManager:
         #: The journal stage: the write-ahead journal, or none (``spool/journal_stage.py``).
         self.journal = journal
         self.drivers: dict[int, ProducerDriver] = {}
-        self.rate_limiter = RateLimiter(settings.refill)
+        self.rate_limiter = RateLimiter(settings)
         self._dirty: set[ProducerDriver] = set()
         #: The one producer of each broker topic (a partition, or a non-partitioned topic),
         #: whichever of the names senders use for it came first.
         self._by_broker_topic: dict[str, PartitionProducer] = {}
         self._producer_ids = itertools.count(1)
+        #: The producers under stream senders' names, with their topics, until closed.
+        self._sequenced: dict[SequencedDriver, Topic] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         #: The parts the intake shares: what they write down, :meth:`collect` acts on.
         self.registry = registry
@@ -117,6 +118,8 @@ class TopicManager:
         opened get their linger timers, those it sealed are marked to be written."""
         for topic in self.registry.take_added():
             self.topic_added(topic)
+        if self._sequenced:
+            self._forget_closed()
         opened, sealed = self.appender.take_batches()
         for producer in opened:
             self.batch_opened(producer)
@@ -167,11 +170,11 @@ class TopicManager:
             self.pool,
             self.outcomes.for_topic(topic),
             self.delivery,
-            on_closed=functools.partial(self._sequenced_closed, topic),
             clock=self.clock,
             wall_ms=self.wall_ms,
         )
         self.drivers[producer.producer_id] = driver
+        self._sequenced[driver] = topic
         topic.add_sequenced(producer)
         driver.start()
         return producer
@@ -183,10 +186,13 @@ class TopicManager:
             if isinstance(driver, SequencedDriver):
                 driver.retire()
 
-    def _sequenced_closed(self, topic: Topic, driver: SequencedDriver) -> None:
-        self.drivers.pop(driver.producer.producer_id, None)
-        self._dirty.discard(driver)
-        topic.remove_sequenced(driver.producer)
+    def _forget_closed(self) -> None:
+        """Sequenced producers closed on the broker since the last call are forgotten."""
+        for driver, topic in [(d, t) for d, t in self._sequenced.items() if d.closed]:
+            del self._sequenced[driver]
+            self.drivers.pop(driver.producer.producer_id, None)
+            self._dirty.discard(driver)
+            topic.remove_sequenced(driver.producer)
 
     def flush_dirty(self) -> None:
         """After a socket drain: journal what it read, write the batches that filled up."""

@@ -114,7 +114,6 @@ NOT_YET = {
         "self.sequenced_sender",
     },
     "server.py": {"self.status_document"},
-    "topics/manager.py": {"settings.refill", "functools.partial(self._sequenced_closed, topic)"},
 }
 
 
