@@ -3,7 +3,7 @@
 Every path that takes a message in asks :func:`admission` (the plain intake for
 datagrams and stream records, a stream sender that numbers its messages itself, a
 message back from the spool, a held datagram the disk refused); the compiled
-admitter asks its C twin (``native/admitter.c``, ``pb_admission``), and
+admitter asks its C twin (``pb_admission``, ``native/intake.h``), and
 ``tests/unit/daemon/native/test_admission.py`` compares the two.  It reads the topic's
 limits, the message's size and memory charge and the room memory has left, and
 returns a verdict; the caller acts on it (counts, places, spills or refuses).
@@ -69,10 +69,9 @@ def admission_py(
     if state is not None:
         if size > state.max_message_bytes:
             return reasons.TOO_LARGE
-        if sender != REPLAY:
-            budget = state.rate_budget
-            if budget is not None and budget <= 0:
-                return WAIT if sender == NUMBERED else reasons.RATE_LIMITED
+        budget = state.rate_budget
+        if budget is not None and budget <= 0 and sender != REPLAY:
+            return WAIT if sender == NUMBERED else reasons.RATE_LIMITED
         if sender == NUMBERED and not state.partitions:
             return WAIT  # the partition count is being looked up
     if charge <= room:

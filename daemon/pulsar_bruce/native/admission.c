@@ -1,25 +1,9 @@
-/* The one admission decision (model/admission.py admission_py is the twin): a pure function
- * of the topic's limits, the message's size and charge, the room memory has left and the
- * sender's policy.  The compiled admitter asks it for every message it sees; the Python side
- * gets it as ``admission`` (tests/unit/daemon/native/test_admission.py compares the two). */
+/* The one admission decision, pb_admission (intake.h, inline: the compiled admitter asks it
+ * for every message it takes), exported to the Python side as ``admission``
+ * (tests/unit/daemon/native/test_admission.py compares it with admission_py). */
 #include "intake.h"
 
 static PyObject *verdicts[PB_VERDICTS];
-
-int pb_admission(const TopicState *topic, long long size, long long charge, long long room,
-                 long long capacity, int sender) {
-    if (topic) {
-        if (size > topic->max_message_bytes) return PB_TOO_LARGE;
-        if (sender != PB_REPLAY && topic->limited && topic->rate_budget <= 0)
-            return sender == PB_NUMBERED ? PB_WAIT : PB_RATE_LIMITED;
-        if (sender == PB_NUMBERED && PyTuple_GET_SIZE(topic->partitions) == 0)
-            return PB_WAIT;  /* the partition count is being looked up */
-    }
-    if (charge <= room) return PB_ACCEPT;
-    if (sender == PB_DATAGRAM) return PB_SPILL;
-    if (sender == PB_REPLAY) return PB_BUFFER_FULL;
-    return charge > capacity ? PB_TOO_LARGE : PB_WAIT;  /* never fits: not worth waiting */
-}
 
 /* admission(state, size, charge, room, capacity, sender) -> the verdict, as admission_py. */
 PyObject *pb_admission_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {

@@ -161,7 +161,14 @@ class Intake:
             self._accept(charge)
             if tag is not None:
                 tag.outstanding += 1
-            self._place(topic, key_field, timestamp, data, value_offset, partition_key, charge, tag)
+            producers = topic.producers
+            if producers:  # Appender.place's routing, inlined: once per message
+                into = producers[state.choose(partition_key)]
+                self.appender.append(into, key_field, timestamp, data, value_offset, charge, tag)
+            else:  # it waits for the partition count
+                self._place(
+                    topic, key_field, timestamp, data, value_offset, partition_key, charge, tag
+                )
         elif verdict == WAIT:
             return False  # backpressure: the stream edge offers it again later
         elif verdict == SPILL and policy.hold(
