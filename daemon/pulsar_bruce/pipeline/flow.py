@@ -114,11 +114,7 @@ class Pipeline:
     def stream_server_at(self, path: str, max_connections: int) -> StreamServer:
         """The stream socket's read stage: records go the same way, ``budget``-bounded."""
         config, intake, ledger = self.config, self.intake, self.ledger
-        budget = RecordBudget(
-            lambda: intake.max_message_bytes,
-            config.buffer_max_bytes,
-            lambda: ledger.buffered_bytes,
-        )
+        budget = RecordBudget(intake, config.buffer_max_bytes, ledger)
         return StreamServer(
             path,
             config.socket_mode,

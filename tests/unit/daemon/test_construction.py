@@ -108,8 +108,6 @@ NOT_YET = {
     "connection/oauth2.py": {"client.fetch"},
     "input/stream_server.py": {"self._connections.discard"},
     "pipeline/flow.py": {
-        "lambda: intake.max_message_bytes",
-        "lambda: ledger.buffered_bytes",
         "self.after_drain",
         "self.sequenced_sender",
     },
