@@ -247,3 +247,26 @@ def test_flush_dirty_writes_each_sealed_drivers_batches_once(
         await rig.manager.stop()
 
     run(test)
+
+
+def test_the_drivers_are_given_the_managers_clocks() -> None:
+    async def test() -> None:
+        settings = TopicConfigurator(Config())
+
+        def clock() -> float:
+            return 5.0
+
+        def wall_ms() -> int:
+            return 7
+
+        manager = TopicManager(
+            FakePool(lookups_hang=True), Outcomes(Ledger()), settings, DeliveryPolicy(),
+            TopicRegistry(settings), Appender(), clock=clock, wall_ms=wall_ms,
+        )  # fmt: skip
+        manager.grow(Topic(T), 0)
+        (driver,) = manager.drivers.values()
+        assert driver.clock is clock and driver.wall_ms is wall_ms
+        assert driver.send_timeout._now is clock
+        await manager.stop()
+
+    run(test)
