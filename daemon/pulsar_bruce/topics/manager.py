@@ -45,7 +45,8 @@ _LOOKUP_FAILURES = (TopicLookupError, ConnectionClosedError, ServerError, OSErro
 
 
 class TopicManager:
-    """Owns the topic registry, the producers' drivers and the batches waiting to be written."""
+    """Acts on what the registry and the appender wrote down: looks new topics up, drives
+    their producers and writes the batches sealed."""
 
     def __init__(
         self,
