@@ -27,6 +27,7 @@ setup(
                     "parse.c",
                     "entries.c",
                     "state.c",
+                    "admission.c",
                     "admitter.c",
                     "admitter_append.c",
                     "stamp.c",

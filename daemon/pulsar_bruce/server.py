@@ -25,7 +25,7 @@ from pulsar_bruce import reasons
 from pulsar_bruce.config import TOPIC_OPTIONS, Config, ConfigError
 from pulsar_bruce.input.unix_sockets import open_unix_socket
 from pulsar_bruce.metrics.http import MetricsServer
-from pulsar_bruce.metrics.registry import Metrics, SpoolGauges
+from pulsar_bruce.metrics.registry import BatchHistograms, Metrics
 from pulsar_bruce.metrics.reject_log import RateLimitLog, RejectLog
 from pulsar_bruce.metrics.status import status_document
 from pulsar_bruce.model.ledger import Ledger
@@ -49,20 +49,19 @@ class Server:
         self.ledger = Ledger()
         # TLS context and credentials, built once (ConfigError naming the option if unusable).
         self.security = connection_security(config)
+        self.histograms = BatchHistograms()
+        self.pipeline = Pipeline(config, self.ledger, self.security, observer=self.histograms)
         self.metrics = self._metrics()
-        self.pipeline = Pipeline(config, self.ledger, self.security, observer=self.metrics)
         self._lifecycle_state()
 
     # -- construction steps -------------------------------------------------------------
 
     def _metrics(self) -> Metrics:
         """The Prometheus families; they read the pipeline's topics, connections and spool
-        when scraped (the pipeline, built next, reports its batches to them)."""
+        when scraped, and expose the histograms the pipeline reports its batches to."""
+        pipeline = self.pipeline
         return Metrics(
-            self.ledger,
-            lambda: self.pipeline.topics.registry,
-            lambda: len(self.pipeline.pool.connections),
-            self._spool_gauges,
+            self.ledger, pipeline.manager.registry, pipeline.pool, pipeline.store, self.histograms
         )
 
     def _lifecycle_state(self) -> None:
@@ -206,8 +205,8 @@ class Server:
         except ConfigError as exc:
             log.error("SIGHUP: configuration not reloaded: %s", exc)
             return
-        for topic in pipeline.topics.registry:
-            pipeline.topics.apply_settings(topic)
+        for topic in pipeline.manager.registry:
+            pipeline.manager.apply_settings(topic)
         ignored = [
             f.name
             for f in dataclasses.fields(config)
@@ -227,7 +226,7 @@ class Server:
         log.info(
             "SIGHUP: per-topic settings reloaded (%d overrides, %d topics)",
             len(config.topic_overrides),
-            len(pipeline.topics.registry),
+            len(pipeline.manager.registry),
         )
 
     # -- edges ---------------------------------------------------------------------------
@@ -264,10 +263,6 @@ class Server:
         )
         return own, activated_stream
 
-    def _spool_gauges(self) -> SpoolGauges:
-        store = self.pipeline.store
-        return SpoolGauges(store.size_bytes, store.corrupt_records) if store else SpoolGauges(0, 0)
-
     def status_document(self) -> dict[str, Any]:
         return status_document(
             started_at=self.started_at,
@@ -275,7 +270,7 @@ class Server:
             service_url=self.config.service_url,
             config_file=self.config.config_file,
             stats=self.ledger,
-            topics=self.pipeline.topics.registry,
+            topics=self.pipeline.manager.registry,
             connections=[c.address for c in self.pipeline.pool.connections],
             recent_rejects=self.pipeline.outcomes.recent_rejects,
         )
@@ -309,7 +304,7 @@ class Server:
     def _rate_limited(self) -> dict[str, int]:
         """Each topic's rate_limited count, of the topics that have one."""
         counts = {}
-        for topic in self.pipeline.topics.registry:
+        for topic in self.pipeline.manager.registry:
             count = topic.stats.discarded.get(reasons.RATE_LIMITED)
             if count:
                 counts[topic.name] = count

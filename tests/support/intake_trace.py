@@ -29,7 +29,7 @@ from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.key_hash import HASHERS
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.topics import TopicRegistry
+from pulsar_bruce.route.registry import TopicRegistry
 from pulsar_bruce.spool.policy import SpoolPolicy
 from to_pulsar.encoding import encode_any_partition, encode_message_record, encode_partition_key
 
@@ -40,13 +40,17 @@ MEMORY_LIMIT = 16 * 1024
 
 
 class Recorder:
-    """Batch events: sealed batches are framed at once and written down."""
+    """The edge: batches sealed are framed and written down after each call."""
 
     def __init__(self, trace: dict[str, Any]):
         self.trace = trace
 
-    def batch_opened(self, producer: PartitionProducer) -> None:
-        self.trace["opened"] += 1
+    def take(self, appender: Appender) -> None:
+        """What the appender wrote down since the last call (as the topic manager takes it)."""
+        opened, sealed = appender.take_batches()
+        self.trace["opened"] += len(opened)
+        for producer in sealed:
+            self.batch_sealed(producer)
 
     def batch_sealed(self, producer: PartitionProducer) -> None:
         for batch in list(producer.pending)[producer.in_flight :]:
@@ -56,6 +60,18 @@ class Recorder:
             )
         out = producer.frames_to_send(publish_time_ms=1_700_000_000_000)
         self.trace["frames"] += [hashlib.sha256(frame).hexdigest() for frame in out.frames]
+
+
+class RecordedOutcomes(Outcomes):
+    """Outcomes that also write each refusal's reason down, in order."""
+
+    def __init__(self, ledger: Ledger, rejects: list[str]):
+        super().__init__(ledger)
+        self.rejects = rejects
+
+    def refused(self, reason: str, data: bytes, *, sample: bool, size: int | None = None) -> None:
+        self.rejects.append(reason)
+        super().refused(reason, data, sample=sample, size=size)
 
 
 def message(rng: random.Random, index: int) -> bytes:
@@ -94,19 +110,13 @@ def run(seed: int) -> dict[str, Any]:
         "rejects": [], "batches": [], "frames": [], "opened": 0, "ledger_after_slabs": [],
     }  # fmt: skip
     ledger = Ledger()
-    registry = TopicRegistry(lambda topic: None)
-    outcomes = Outcomes(ledger)
+    registry = TopicRegistry()
+    outcomes = RecordedOutcomes(ledger, trace["rejects"])
+    appender, recorder = Appender(), Recorder(trace)
     intake = Intake(
-        registry, Appender(Recorder(trace)), ledger, SpoolPolicy(ledger, MEMORY_LIMIT), outcomes,
+        registry, appender, ledger, SpoolPolicy(ledger, MEMORY_LIMIT), outcomes,
         max_message_bytes=4096,
     )  # fmt: skip
-    refused = outcomes.refused
-
-    def record_refusal(reason: str, data: bytes, sample: bool, size: int | None = None) -> None:
-        trace["rejects"].append(reason)
-        refused(reason, data, sample=sample, size=size)
-
-    outcomes.refused = record_refusal  # type: ignore[method-assign]
     for name in TOPICS:
         topic = registry.lookup(name.encode())
         assert topic is not None
@@ -120,8 +130,7 @@ def run(seed: int) -> dict[str, Any]:
         if name == "plain":  # one partition down (failover), one being re-created (waited for)
             producers[2].ready = producers[2].available = False
             producers[3].ready = False
-        topic.attach(producers)
-        topic.partitioned = True
+        topic.attach(producers, partitioned=True)
         if key_based:
             topic.key_hash = HASHERS[KeyRouting.MURMUR3]
         if name == "limited":
@@ -149,6 +158,7 @@ def run(seed: int) -> dict[str, Any]:
             )  # the compiled intake tells the ledger once per call: by its end
         else:
             intake.admit(data)
+        recorder.take(appender)
         if index % 400 == 399:  # the broker acks everything sent so far
             for topic in registry:
                 for producer in topic.producers:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import struct
 from collections import deque
 from collections.abc import Callable
-from typing import Final
+from typing import Final, Protocol
 
 from pulsar_bruce import reasons
 from pulsar_bruce.model.confirmation import Confirmation
@@ -61,29 +61,43 @@ class RecordRefused(FramingError):
         self.size = size
 
 
+class MessageLimit(Protocol):
+    """The largest message any topic takes (``route/intake.py``'s ``Intake``)."""
+
+    @property
+    def max_message_bytes(self) -> int: ...
+
+
+class Buffered(Protocol):
+    """The bytes memory holds (``model/ledger.py``'s ``Ledger``)."""
+
+    @property
+    def buffered_bytes(self) -> int: ...
+
+
 class RecordBudget:
     """Memory that stream records still arriving may hold, shared by every connection, so
     that many connections declaring large records cannot add up past --buffer-max-bytes."""
 
     def __init__(
         self,
-        max_message_bytes: Callable[[], int],
+        intake: MessageLimit,
         buffer_max_bytes: int,
-        buffered_bytes: Callable[[], int],
+        memory: Buffered,
         reserve_from: int = RESERVE_FROM,
     ):
-        self._max_message_bytes = max_message_bytes
+        #: Read at each reservation: the largest message, and the bytes memory holds now.
+        self.intake, self.memory = intake, memory
         self.buffer_max_bytes = buffer_max_bytes
-        self._buffered_bytes = buffered_bytes
         self.reserve_from = reserve_from
         #: Bytes reserved by records still arriving, on every connection.
         self.reserved = 0
 
     def reserve(self, size: int) -> None:
         """Reserve ``size`` bytes for a record; :class:`RecordRefused` when it cannot fit."""
-        if size > self._max_message_bytes() or size > self.buffer_max_bytes:
+        if size > self.intake.max_message_bytes or size > self.buffer_max_bytes:
             raise RecordRefused(reasons.TOO_LARGE, size)
-        if size > self.buffer_max_bytes - self._buffered_bytes() - self.reserved:
+        if size > self.buffer_max_bytes - self.memory.buffered_bytes - self.reserved:
             raise RecordRefused(reasons.BUFFER_FULL, size)
         self.reserved += size
 

@@ -8,51 +8,86 @@ at ``topic_label_limit`` topics to keep label cardinality bounded.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from typing import NamedTuple
+from collections.abc import Iterable, Iterator, Sized
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from pulsar_bruce.model.ledger import Ledger
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic import Topic
 
 PREFIX = "pulsar_bruce"
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # the *_created samples only add noise to every scrape
 
 
-class Metrics:
-    """The registry plus the histograms observed once per batch."""
+class Brokers(Protocol):
+    """The broker connections (``connection/pool.py``'s ``ConnectionPool``)."""
 
-    def __init__(
-        self,
-        ledger: Ledger,
-        topics: Callable[[], Iterable[Topic]],
-        connections: Callable[[], int],
-        spool: Callable[[], SpoolGauges] = lambda: SpoolGauges(0, 0),
-        topic_label_limit: int = 100,
-    ):
-        self.registry = CollectorRegistry(auto_describe=False)
-        self._ledger_families = _LedgerCollector(
-            ledger, topics, connections, spool, topic_label_limit
-        )
-        self.registry.register(self._ledger_families)
+    @property
+    def connections(self) -> Sized: ...
+
+
+class SpoolSize(Protocol):
+    """What the disk spool reports at scrape time (``spool/store.py``'s ``SpoolStore``)."""
+
+    @property
+    def size_bytes(self) -> int: ...
+
+    @property
+    def corrupt_records(self) -> int: ...
+
+
+class BatchHistograms:
+    """The histograms observed once per batch: the pipeline's ``BatchObserver``, built
+    before it (the :class:`Metrics` that expose them read the pipeline's parts)."""
+
+    def __init__(self) -> None:
         self.batch_messages = Histogram(
             f"{PREFIX}_batch_messages",
             "Messages per batch sent to a broker",
             buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000),
-            registry=self.registry,
+            registry=None,
         )
         self.send_latency = Histogram(
             f"{PREFIX}_send_latency_seconds",
             "Time from writing a batch to a broker until its SendReceipt",
             buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30),
-            registry=self.registry,
+            registry=None,
         )
+
+    # -- BatchObserver (pulsar_bruce.route.outcomes) --------------------------------------
+
+    def batch_sent(self, messages: int) -> None:
+        self.batch_messages.observe(messages)
+
+    def receipt_latency(self, seconds: float) -> None:
+        self.send_latency.observe(seconds)
+
+
+class Metrics:
+    """The registry: the ledger's families, read when scraped from the pipeline's parts
+    (its topics, broker connections and spool), and the batch histograms."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        topics: Iterable[Topic],
+        brokers: Brokers,
+        spool: SpoolSize | None = None,
+        histograms: BatchHistograms | None = None,
+        topic_label_limit: int = 100,
+    ):
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._ledger_families = _LedgerCollector(ledger, topics, brokers, spool, topic_label_limit)
+        self.registry.register(self._ledger_families)
+        self.histograms = histograms or BatchHistograms()
+        self.registry.register(self.histograms.batch_messages)
+        self.registry.register(self.histograms.send_latency)
         self._histograms = (
-            (f"{PREFIX}_batch_messages", self.batch_messages),
-            (f"{PREFIX}_send_latency_seconds", self.send_latency),
+            (f"{PREFIX}_batch_messages", self.histograms.batch_messages),
+            (f"{PREFIX}_send_latency_seconds", self.histograms.send_latency),
         )
 
     def select(self, sample_names: Iterable[str]) -> Iterator[Metric]:
@@ -64,34 +99,27 @@ class Metrics:
             if name in wanted:
                 yield from histogram.collect()
 
-    # -- BatchObserver (pulsar_bruce.route.outcomes) --------------------------------------
+    # -- BatchObserver, for tests and tools that build the metrics alone ---------------------
 
     def batch_sent(self, messages: int) -> None:
-        self.batch_messages.observe(messages)
+        self.histograms.batch_sent(messages)
 
     def receipt_latency(self, seconds: float) -> None:
-        self.send_latency.observe(seconds)
-
-
-class SpoolGauges(NamedTuple):
-    """What the disk spool reports at scrape time."""
-
-    bytes: int
-    corrupt_records: int
+        self.histograms.receipt_latency(seconds)
 
 
 class _LedgerCollector:
     def __init__(
         self,
         ledger: Ledger,
-        topics: Callable[[], Iterable[Topic]],
-        connections: Callable[[], int],
-        spool: Callable[[], SpoolGauges],
+        topics: Iterable[Topic],
+        brokers: Brokers,
+        spool: SpoolSize | None,
         topic_label_limit: int,
     ):
         self._ledger = ledger
         self._topics = topics
-        self._connections = connections
+        self._brokers = brokers
         self._spool = spool
         self._limit = topic_label_limit
 
@@ -160,25 +188,28 @@ class _LedgerCollector:
                 s.spooled_messages,
             )
         if want("spool_bytes") or want("spool_corrupt_records"):
-            spool = self._spool()
+            spool = self._spool
             if want("spool_bytes"):
-                yield _gauge("spool_bytes", "Bytes in the disk spool", spool.bytes)
+                size = spool.size_bytes if spool is not None else 0
+                yield _gauge("spool_bytes", "Bytes in the disk spool", size)
             if want("spool_corrupt_records"):
                 yield _counter(
                     "spool_corrupt_records",
                     "Spool records found torn or corrupt and skipped",
-                    spool.corrupt_records,
+                    spool.corrupt_records if spool is not None else 0,
                 )
         if want("broker_connections"):
             yield _gauge(
-                "broker_connections", "Open, handshaken broker connections", self._connections()
+                "broker_connections",
+                "Open, handshaken broker connections",
+                len(self._brokers.connections),
             )
         if want("producer_name_conflicts"):
             yield _counter(
                 "producer_name_conflicts",
                 "Producer creations refused with ProducerBusy for our own producer name "
                 "(another daemon with the same --producer-name-prefix)",
-                sum(topic.name_conflicts for topic in self._topics()),
+                sum(topic.name_conflicts for topic in self._topics),
             )
         if families is None or families & _PER_TOPIC:
             yield from self._per_topic()
@@ -200,7 +231,7 @@ class _LedgerCollector:
             "Partitions whose producer is connected and ready, per topic",
             labels=["topic"],
         )
-        for index, topic in enumerate(self._topics()):
+        for index, topic in enumerate(self._topics):
             if index >= self._limit:
                 break
             acked.add_metric([topic.name], topic.stats.acked)

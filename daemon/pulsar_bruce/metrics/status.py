@@ -15,7 +15,7 @@ from typing import Any
 from pulsar_bruce import __version__
 from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.native import INTAKE
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic import Topic
 
 #: Topics listed in ``/status``, busiest (most buffered) first.
 STATUS_TOPIC_LIMIT = 50

@@ -3,8 +3,8 @@
 /* ------------------------------------------------------------------ Admitter */
 
 /* Intake.admit_py (route/intake.py) for the common case, in C: a valid message for a
- * known topic that has partitions, within its size and rate limits, with memory to
- * spare.  Everything else (a discard, a new topic, the disk spool, stream
+ * known topic that has partitions, which the admission decision (admission.c) accepts
+ * into memory.  Everything else (a discard, a new topic, the disk spool, stream
  * backpressure, a topic still waiting for its partition count, a delayed message) goes
  * to admit_py whole, before any side effect, so the Python intake decides it exactly as
  * it does alone.  The steps and their order mirror admit_py and the one admission rule
@@ -115,11 +115,8 @@ static int fast_admit(Admitter *self, PyObject *data) {
     topic = topic_of(self, (const char *)p + view.topic_start, view.topic_end - view.topic_start);
     if (!topic) { outcome = PyErr_Occurred() ? -1 : 0; goto done; }  /* new: topics.add */
     Py_INCREF(topic);  /* a call-out below may drop it from the dict */
-    long long budget_left = topic->rate_budget;
-    int limited = topic->limited;
-    if (length > topic->max_message_bytes || (limited && budget_left <= 0) ||
-        PyTuple_GET_SIZE(topic->partitions) == 0) {
-        outcome = 0;  /* too large, rate limited, partitions unknown: admit_py decides */
+    if (length > topic->max_message_bytes || PyTuple_GET_SIZE(topic->partitions) == 0) {
+        outcome = 0;  /* too large, partitions unknown: admit_py decides (before any hash) */
         goto done;
     }
     const char *key = (const char *)p + view.key_start;
@@ -133,11 +130,15 @@ static int fast_admit(Admitter *self, PyObject *data) {
     Py_ssize_t value_size = length - view.value_start;
     long long charge = PyBytes_GET_SIZE(key_field) + value_size + self->entry_overhead;
     if (load_room(self) < 0) goto done;  /* again: a call-out above may have settled */
-    if (self->pending_charge + charge > self->room) {
-        outcome = 0;  /* spool or wait: admit_py decides */
+    int sender = self->tag == Py_None ? PB_DATAGRAM : PB_STREAM;
+    if (pb_admission(topic, length, charge, self->room - self->pending_charge, LLONG_MAX,
+                     sender) != PB_ACCEPT ||
+        PyTuple_GET_SIZE(topic->partitions) == 0) {
+        outcome = 0;  /* refused, spilled, waiting or not routed yet: admit_py acts on it */
         goto done;
     }
-    if (PyTuple_GET_SIZE(topic->partitions) == 0) { outcome = 0; goto done; }
+    long long budget_left = topic->rate_budget;
+    int limited = topic->limited;
     /* Decided: from here on it is admitted here (pb_choose() only moves the round-robin). */
     partition = (PartitionState *)Py_NewRef(
         PyTuple_GET_ITEM(topic->partitions, pb_choose(topic, partition_key)));

@@ -8,6 +8,7 @@
  *   state.c     what the admitter knows of a topic and of a partition, and the partition
  *               choice (route/topic_state.py PyTopicState, producer/partition_state.py
  *               PyPartitionState), and a batch's confirmation runs (model/confirmation.py)
+ *   admission.c the admission decision for Python (pb_admission, below: admission_py)
  *   admitter.c  Intake.admit for the common case (route/intake.py admit_py)
  *   stamp.c     per-entry sequence ids at first send (batch/entries.py stamp_sequence_ids_py)
  *   receiver.c  the recvmmsg receive thread, without the GIL (input/socket_reader.py)
@@ -126,6 +127,31 @@ extern PyTypeObject pb_TagRunType, pb_PartitionStateType, pb_TopicStateType;
 Py_ssize_t pb_choose(TopicState *topic, long long partition_key);
 /* A Python int as a limit: beyond long long it saturates (0, or -1 with an exception). */
 int pb_as_limit(PyObject *value, long long *out);
+
+/* The admission decision (admission.c; model/admission.py is the twin): the verdicts, the
+ * senders' policies (the same numbers as DATAGRAM, STREAM, NUMBERED and REPLAY there). */
+enum { PB_ACCEPT, PB_SPILL, PB_WAIT, PB_TOO_LARGE, PB_RATE_LIMITED, PB_BUFFER_FULL,
+       PB_VERDICTS };
+enum { PB_DATAGRAM, PB_STREAM, PB_NUMBERED, PB_REPLAY };
+/* A pure function of the topic's limits, the message's size and charge, the room memory has
+ * left (of its capacity) and the sender's policy; inline, since the admitter asks it per
+ * message. */
+static inline int pb_admission(const TopicState *topic, long long size, long long charge,
+                               long long room, long long capacity, int sender) {
+    if (topic) {
+        if (size > topic->max_message_bytes) return PB_TOO_LARGE;
+        if (topic->limited && topic->rate_budget <= 0 && sender != PB_REPLAY)
+            return sender == PB_NUMBERED ? PB_WAIT : PB_RATE_LIMITED;
+        if (sender == PB_NUMBERED && PyTuple_GET_SIZE(topic->partitions) == 0)
+            return PB_WAIT;  /* the partition count is being looked up */
+    }
+    if (charge <= room) return PB_ACCEPT;
+    if (sender == PB_DATAGRAM) return PB_SPILL;
+    if (sender == PB_REPLAY) return PB_BUFFER_FULL;
+    return charge > capacity ? PB_TOO_LARGE : PB_WAIT;  /* never fits: not worth waiting */
+}
+PyObject *pb_admission_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+int pb_admission_ready(void);
 
 extern PyTypeObject pb_AdmitterType;
 

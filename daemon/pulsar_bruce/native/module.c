@@ -15,6 +15,8 @@ static PyMethodDef module_methods[] = {
      "split_records(buffer, offset, max_record_bytes) -> the complete stream records"},
     {"stamp_sequence_ids", (PyCFunction)(void (*)(void))pb_stamp_sequence_ids, METH_FASTCALL,
      "stamp_sequence_ids(payload, first_id, count) -> the entries, each with its sequence id"},
+    {"admission", (PyCFunction)(void (*)(void))pb_admission_call, METH_FASTCALL,
+     "admission(state, size, charge, room, capacity, sender) -> the verdict"},
     {"write_then_consume", (PyCFunction)(void (*)(void))pb_write_then_consume, METH_FASTCALL,
      "write_then_consume(journal_fd, data, sock_fd, count) -> (bytes written, errno)"},
     {NULL},
@@ -36,7 +38,8 @@ PyMODINIT_FUNC PyInit__intake(void) {
     R_UNSUPPORTED_API_KEY = PyUnicode_InternFromString("unsupported_api_key");
     R_UNSUPPORTED_VERSION = PyUnicode_InternFromString("unsupported_version");
     EMPTY_BYTES = PyBytes_FromStringAndSize(NULL, 0);
-    if (!R_MALFORMED || !R_UNSUPPORTED_API_KEY || !R_UNSUPPORTED_VERSION || !EMPTY_BYTES)
+    if (!R_MALFORMED || !R_UNSUPPORTED_API_KEY || !R_UNSUPPORTED_VERSION || !EMPTY_BYTES ||
+        pb_admission_ready() < 0)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (!module) return NULL;

@@ -13,7 +13,8 @@ outcome   ``Outcomes.acked``              or ``Outcomes.discarded``, with a reas
 ========  ==============================  =========================================
 
 (docs/design.md opens with the same table, with each function's module.)  Every
-stage is built once, in that order, by ``stages.py``; the shutdown runs the path to
+stage is built once by ``stages.py``, each after the stages it calls (its docstring
+gives the order); the shutdown runs the path to
 its end (:meth:`Pipeline.stop_reading`, :meth:`seal_all`, :meth:`settle`).
 """
 
@@ -22,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import socket
+import time
+from collections.abc import Callable
 
 from pulsar_bruce.config import Config
 from pulsar_bruce.connection.security import ConnectionSecurity
@@ -29,7 +32,9 @@ from pulsar_bruce.input.socket_reader import DatagramReader, datagram_reader
 from pulsar_bruce.input.stream_server import StreamServer
 from pulsar_bruce.input.stream_session import RecordBudget
 from pulsar_bruce.model.ledger import Ledger
+from pulsar_bruce.parse.deliver_at import epoch_ms
 from pulsar_bruce.pipeline import stages
+from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.outcomes import BatchObserver
 from pulsar_bruce.route.sequenced import SequencedSender
 from pulsar_bruce.route.topic_settings import TopicConfigurator
@@ -45,23 +50,33 @@ class Pipeline:
         ledger: Ledger,
         security: ConnectionSecurity,
         observer: BatchObserver | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = epoch_ms,
     ):
         self.config = config
         self.ledger = ledger
+        #: Now, in seconds (timeouts, ticks, latencies) and in epoch ms (timestamps): the
+        #: clocks every stage is given.
+        self.clock, self.wall_ms = clock, wall_ms
         self.pool = stages.send_stage(config, security)
         self.journal = stages.journal_stage(config)
         self.outcomes = stages.outcome_stage(config, ledger, self.journal, observer)
         self.store = stages.spool_store(config)
         self.policy = stages.spool_policy(config, ledger, self.store, self.outcomes)
         self.topic_settings = TopicConfigurator(config)
-        self.topics = stages.batch_stage(
-            config, self.pool, self.outcomes, self.topic_settings, self.journal
-        )
+        self.registry = stages.topic_registry(self.topic_settings)
+        self.appender = Appender()
+        self.manager = stages.batch_stage(
+            config, self.pool, self.outcomes, self.topic_settings, self.journal,
+            self.registry, self.appender, clock, wall_ms,
+        )  # fmt: skip
         self.intake = stages.admit_stage(
-            self.topics, ledger, self.policy, self.outcomes, self.topic_settings
-        )
+            self.registry, self.appender, ledger, self.policy, self.outcomes,
+            self.topic_settings, wall_ms,
+        )  # fmt: skip
         self.spooler = stages.spooler_stage(
-            self.store, self.policy, self.intake, self.pool, self.topics, self.journal
+            self.store, self.policy, self.intake, self.pool, self.manager, self.journal, clock
         )
         #: Where the disk refuses a write, memory keeps what it has room for.
         self._into_memory = functools.partial(self.intake.replay_datagram, previous_run=False)
@@ -73,14 +88,15 @@ class Pipeline:
     # -- the path -------------------------------------------------------------------------
 
     def after_slab(self, consume: tuple[int, int] | None) -> None:
-        """A slab was admitted: journal it, then (``consume``: socket fd, datagrams peeked)
-        take it off the socket's queue."""
+        """A slab was admitted: what it did taken (new topics, batches opened and sealed),
+        journalled, then (``consume``: socket fd, datagrams peeked) off the socket's queue."""
+        self.manager.collect()
         self.journal.sync(consume)
 
     def after_drain(self) -> None:
         """A drain ended: the spool's held datagrams to disk, the full batches to brokers."""
         self.policy.write_held(self._into_memory)
-        self.topics.flush_dirty()
+        self.manager.flush_dirty()
 
     def datagram_reader_for(self, sock: socket.socket) -> DatagramReader:
         """The read stage of the datagram socket (compiled or Python: the intake's kind);
@@ -99,11 +115,7 @@ class Pipeline:
     def stream_server_at(self, path: str, max_connections: int) -> StreamServer:
         """The stream socket's read stage: records go the same way, ``budget``-bounded."""
         config, intake, ledger = self.config, self.intake, self.ledger
-        budget = RecordBudget(
-            lambda: intake.max_message_bytes,
-            config.buffer_max_bytes,
-            lambda: ledger.buffered_bytes,
-        )
+        budget = RecordBudget(intake, config.buffer_max_bytes, ledger)
         return StreamServer(
             path,
             config.socket_mode,
@@ -118,7 +130,7 @@ class Pipeline:
     def sequenced_sender(self, name: str, first_sequence_id: int) -> SequencedSender:
         """A stream connection that began with a Producer record: its messages go under
         that name and ids, on producers of their own (exactly once across retries)."""
-        return SequencedSender(self.intake, self.topics, name, first_sequence_id)
+        return SequencedSender(self.intake, self.manager, name, first_sequence_id)
 
     # -- start and stop -----------------------------------------------------------------------
 
@@ -131,6 +143,7 @@ class Pipeline:
         """What a crash left first (the journal), then read both sockets, replay the spool
         and look topics up."""
         self.intake.replay_journal(self.journal.open())
+        self.manager.collect()  # its topics looked up (and journalled) before the old goes
         self.journal.drop_previous()
         self.reader = self.datagram_reader_for(datagram_socket)
         self.reader.start()
@@ -141,7 +154,7 @@ class Pipeline:
         if self.spooler is not None:
             self.spooler.open()
             self._spooling = asyncio.get_running_loop().create_task(self.spooler.run())
-        self.topics.start()
+        self.manager.start()
 
     def stop_reading(self, refuse_new: bool) -> None:
         """Shutdown, step 1: take what senders queued, then read nothing more; what is on
@@ -156,15 +169,17 @@ class Pipeline:
     def seal_all(self) -> None:
         """Shutdown, step 2: every held datagram to disk, every open batch sealed and sent."""
         self.policy.write_held(self._into_memory)
-        self.topics.seal_all()
+        self.manager.seal_all()
 
     async def settle(self, timeout_s: float, stop_now: asyncio.Event) -> None:
         """Shutdown, step 3: wait for receipts (``timeout_s``, or until ``stop_now``); the
         rest to the spool, or discarded; the journal goes once all of it is settled."""
         ledger = self.ledger
-        await shutdown.wait_for_receipts(ledger, timeout_s, stop_now, self.spooler is not None)
+        await shutdown.wait_for_receipts(
+            ledger, timeout_s, stop_now, self.spooler is not None, self.clock
+        )
         shutdown.keep_or_discard_the_rest(
-            self.topics.registry, ledger, self.outcomes, self.spooler, stop_now.is_set()
+            self.manager.registry, ledger, self.outcomes, self.spooler, stop_now.is_set()
         )
         self.journal.close()  # all of it is acked, spooled or discarded now
 
@@ -173,7 +188,7 @@ class Pipeline:
         if self._spooling is not None:
             self._spooling.cancel()
             await asyncio.gather(self._spooling, return_exceptions=True)
-        await self.topics.stop()
+        await self.manager.stop()
         self.pool.close_all()
         if self.stream_server is not None:
             await self.stream_server.stop()

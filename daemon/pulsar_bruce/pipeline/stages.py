@@ -1,12 +1,23 @@
 """The pipeline's stages, each built once, at start, from the configuration and the
-stages before it: one function per stage, in the order a message meets them.
+stages before it: one function per stage.
 
-Nothing is wired in afterwards: a stage gets every part it calls in its constructor.
+They are built in this order (``Pipeline.__init__``), each from those before it: send
+(the broker connections), journal, outcome, the spool's store and policy, the topic
+registry and the appender (the intake's records of new topics and of batches opened and
+sealed), batch (the topic manager), admit (the intake), and the spooler; the read stage
+comes last, at start, once the sockets are open.  A message meets them in the order of
+``pipeline/flow.py``'s table, which is not this one: a stage is built after the stages it
+calls.
+
+Nothing is wired in afterwards: a stage gets every part it calls in its constructor, and
+no stage is given a callable to call back up (the compiled admitter's declared call-outs
+aside); what the core did, it writes down, and the pipeline takes it.
 """
 
 from __future__ import annotations
 
-import functools
+import time
+from collections.abc import Callable
 
 from pulsar_bruce.config import Config
 from pulsar_bruce.config.names import stable_producer_name
@@ -14,9 +25,12 @@ from pulsar_bruce.connection.pool import ConnectionPool
 from pulsar_bruce.connection.security import ConnectionSecurity
 from pulsar_bruce.metrics.discard_log import discard_log_of
 from pulsar_bruce.model.ledger import Ledger
+from pulsar_bruce.parse.deliver_at import epoch_ms
 from pulsar_bruce.producer.delivery import DeliveryPolicy
+from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.outcomes import BatchObserver, Outcomes
+from pulsar_bruce.route.registry import TopicRegistry
 from pulsar_bruce.route.topic_settings import TopicConfigurator
 from pulsar_bruce.spool.journal import Journal
 from pulsar_bruce.spool.journal_stage import NO_JOURNAL, JournalStage
@@ -68,8 +82,13 @@ def spool_policy(
         config.buffer_max_bytes,
         store,
         config.spool_after_s,
-        refused=functools.partial(outcomes.refused, sample=False),
+        refusals=outcomes,
     )
+
+
+def topic_registry(settings: TopicConfigurator) -> TopicRegistry:
+    """The topics seen so far; a new one gets its per-topic settings at once."""
+    return TopicRegistry(settings)
 
 
 def batch_stage(
@@ -78,6 +97,10 @@ def batch_stage(
     outcomes: Outcomes,
     settings: TopicConfigurator,
     journal: JournalStage,
+    registry: TopicRegistry,
+    appender: Appender,
+    clock: Callable[[], float] = time.monotonic,
+    wall_ms: Callable[[], int] = epoch_ms,
 ) -> TopicManager:
     """batch, frame and receipt: the topics, their partitions' producers and drivers."""
     return TopicManager(
@@ -89,27 +112,34 @@ def batch_stage(
             send_timeout_s=config.send_timeout_s,
             max_send_attempts=config.max_send_attempts,
         ),
+        registry,
+        appender,
         producer_name=stable_producer_name(config.producer_name_prefix, config.socket),
         metadata_refresh_s=config.metadata_refresh_s,
         journal=journal,
+        clock=clock,
+        wall_ms=wall_ms,
     )
 
 
 def admit_stage(
-    topics: TopicManager,
+    registry: TopicRegistry,
+    appender: Appender,
     ledger: Ledger,
     policy: SpoolPolicy,
     outcomes: Outcomes,
     settings: TopicConfigurator,
+    wall_ms: Callable[[], int] = epoch_ms,
 ) -> Intake:
     """admit: validate, route and append each message, or discard it with a reason."""
     return Intake(
-        topics.registry,
-        topics.appender,
+        registry,
+        appender,
         ledger,
         policy,
         outcomes,
         max_message_bytes=settings.largest_message_bytes(),
+        clock_ms=wall_ms,
     )
 
 
@@ -118,8 +148,9 @@ def spooler_stage(
     policy: SpoolPolicy,
     intake: Intake,
     pool: ConnectionPool,
-    topics: TopicManager,
+    manager: TopicManager,
     journal: JournalStage,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Spooler | None:
     """The spool's replay and durability ticks (with a spool): replayed messages are
     admitted again, the way new ones are."""
@@ -129,7 +160,8 @@ def spooler_stage(
         store,
         policy,
         intake,
-        broker_reachable=lambda: bool(pool.connections),
-        after_replay=topics.flush_dirty,
+        brokers=pool,
+        writer=manager,
         journal=journal,
+        clock=clock,
     )

@@ -38,6 +38,7 @@ from pulsar_bruce.connection.broker_connection import (
 )
 from pulsar_bruce.connection.pool import BrokerAddress, ConnectionPool, TopicLookupError
 from pulsar_bruce.frame import commands
+from pulsar_bruce.parse.deliver_at import epoch_ms
 from pulsar_bruce.producer.answers import BrokerAnswers
 from pulsar_bruce.producer.availability import Availability
 from pulsar_bruce.producer.backoff import Backoff, Retry
@@ -75,6 +76,7 @@ class ProducerDriver(Recreation, BrokerAnswers):
         journal: SendJournal = UNJOURNALLED,
         *,
         clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = epoch_ms,
     ):
         self.producer = producer
         self.pool = pool
@@ -82,6 +84,8 @@ class ProducerDriver(Recreation, BrokerAnswers):
         self.journal = journal
         #: Now, in seconds: when a batch was written, how long its receipt takes.
         self.clock = clock
+        #: Now, in ms since the epoch: the publish time written into each batch's frame.
+        self.wall_ms = wall_ms
         self.connection: BrokerConnection | None = None
         self._lost = asyncio.Event()
         self._linger: asyncio.TimerHandle | None = None
@@ -315,7 +319,7 @@ class ProducerDriver(Recreation, BrokerAnswers):
         journal = self.journal
         journal.sync_producer(self.producer)  # what was queued, before framing takes the entries
         out = self.producer.frames_to_send(
-            time.time_ns() // 1_000_000,
+            self.wall_ms(),
             connection.core.max_message_size,
             self.delivery.max_send_attempts,
         )

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
 from pulsar_bruce.connection.broker_connection import ConnectionClosedError, ServerError
 from pulsar_bruce.connection.pool import ConnectionPool
 from pulsar_bruce.frame import commands
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
+from pulsar_bruce.parse.deliver_at import epoch_ms
 from pulsar_bruce.producer.delivery import DeliveryListener, DeliveryPolicy
 from pulsar_bruce.producer.driver import ProducerDriver
 from pulsar_bruce.producer.faults import Refusal, creation_refusal
@@ -45,11 +47,12 @@ class SequencedDriver(ProducerDriver):
         listener: DeliveryListener,
         delivery: DeliveryPolicy | None = None,
         *,
-        on_closed: Callable[[SequencedDriver], None] = lambda driver: None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = epoch_ms,
     ):
-        super().__init__(producer, pool, listener, delivery)
-        #: Told once the producer is closed on the broker (its topic manager forgets it).
-        self.on_closed = on_closed
+        super().__init__(producer, pool, listener, delivery, clock=clock, wall_ms=wall_ms)
+        #: The producer is closed on the broker: its topic manager may forget it.
+        self.closed = False
 
     def retire(self) -> None:
         """The sender is gone: send what it left, then close the producer on the broker."""
@@ -107,4 +110,4 @@ class SequencedDriver(ProducerDriver):
                     timeout=self.receipt_timeout_s,
                 )
         log.debug("producer %s closed on %s", producer.name, producer.topic)
-        self.on_closed(self)
+        self.closed = True

@@ -3,19 +3,19 @@
 Shared by the intake (each new message) and the topic manager (messages that
 waited for their topic's partition count).  With key-based batching the open
 batch keeps one batch per key (``BatchBuilder.keys``); the limits apply to
-their totals, and they are sealed together.  Sealing and the first message of
-a batch are reported to the edge through :class:`BatchEvents`, once per batch.
+their totals, and they are sealed together.  The batches opened and sealed are
+written down, once per batch, and the edge takes them (:meth:`Appender.take_batches`)
+after a drain: the appender calls nothing back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
 
 from pulsar_bruce.batch.batch_builder import encode_key_field
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation
-from pulsar_bruce.model.ledger import memory_charge
+from pulsar_bruce.model.ledger import ENTRY_OVERHEAD
 from pulsar_bruce.parse.datagram import pin_delivery_time
 from pulsar_bruce.parse.deliver_at import (
     DELIVER_AFTER_TAG,
@@ -24,28 +24,27 @@ from pulsar_bruce.parse.deliver_at import (
     resolve_after,
 )
 from pulsar_bruce.producer.partition_producer import PartitionProducer
-from pulsar_bruce.route.router import Topic, WaitingMessage
+from pulsar_bruce.route.topic import Topic, WaitingMessage
 
 #: The first byte of a delayed message's metadata (``parse/deliver_at.py``): one int
 #: comparison per message before the prefix test.
 _DELAYED = DELIVER_AT_TAG[0]
 
 
-class BatchEvents(Protocol):
-    """Callbacks into the I/O edge, once per batch."""
-
-    def batch_opened(self, producer: PartitionProducer) -> None:
-        """The first message went into an empty batch: arm its linger timer."""
-
-    def batch_sealed(self, producer: PartitionProducer) -> None:
-        """A batch was sealed (full, or queued from the spool): write it out soon."""
-
-
 class Appender:
-    """Puts messages and spooled batches into producers' batches and queues."""
+    """Puts messages and spooled batches into producers' batches and queues, and writes
+    down whose batch opened (its linger timer is due) and whose sealed (to be written)."""
 
-    def __init__(self, events: BatchEvents):
-        self.events = events
+    def __init__(self) -> None:
+        self._opened: list[PartitionProducer] = []
+        self._sealed: list[PartitionProducer] = []
+
+    def take_batches(self) -> tuple[list[PartitionProducer], list[PartitionProducer]]:
+        """The producers whose batch opened, and those whose batch was sealed, since the last
+        call, in order (a producer once per batch)."""
+        opened, sealed = self._opened, self._sealed
+        self._opened, self._sealed = [], []
+        return opened, sealed
 
     def append(
         self,
@@ -71,7 +70,7 @@ class Appender:
         if confirmation is not None or into.tags is not None:
             into.tag_last(confirmation)
         if batch.count == 1:
-            self.events.batch_opened(producer)
+            self._opened.append(producer)
         if (
             delayed
             or batch.count >= limits.max_messages
@@ -80,15 +79,15 @@ class Appender:
             self.seal(producer)
 
     def seal(self, producer: PartitionProducer) -> None:
-        """Seal ``producer``'s open batch (full, or around a delayed message) and tell the edge
-        (the compiled admitter calls this too)."""
+        """Seal ``producer``'s open batch (full, or around a delayed message) and write it
+        down (the compiled admitter calls this too)."""
         producer.seal()
-        self.events.batch_sealed(producer)
+        self._sealed.append(producer)
 
     def opened(self, producer: PartitionProducer) -> None:
-        """The first message went into ``producer``'s empty batch (for the compiled admitter:
-        the edge it tells is the one the appender has now)."""
-        self.events.batch_opened(producer)
+        """The first message went into ``producer``'s empty batch (the compiled admitter's
+        call-out)."""
+        self._opened.append(producer)
 
     def place(
         self,
@@ -112,21 +111,20 @@ class Appender:
             if key_field and key_field[0] == _DELAYED:  # kept as it came: keep its time too
                 data = pin_delivery_time(data, key_field)
             message = (key_field, timestamp, data, value_offset, partition_key, charge)
-            topic.unrouted.append(WaitingMessage(*message, confirmation))
+            topic.wait(WaitingMessage(*message, confirmation))
 
     def queue_sealed(self, topic: Topic, partition: int, batch: SealedBatch) -> None:
         """A batch back from the spool goes to its partition (or any, if that is gone)."""
         producers = topic.producers
         producer = producers[partition] if 0 <= partition < len(producers) else topic.choose(-1)
         producer.replay(batch)  # under its ids where it may keep them (``BatchQueue.replay``)
-        self.events.batch_sealed(producer)
+        self._sealed.append(producer)
 
     def route_waiting(self, topic: Topic) -> None:
         """``topic`` has producers now: queue its spooled batches, route its waiting messages."""
-        spooled, topic.unrouted_batches = topic.unrouted_batches, []
+        spooled, waiting = topic.take_waiting()
         for partition, batch in spooled:
             self.queue_sealed(topic, partition, batch)
-        waiting, topic.unrouted = topic.unrouted, []
         for message in waiting:
             self.place(
                 topic,
@@ -157,4 +155,5 @@ def prepare(
     if key and partition_key < 0 and topic.key_hash is not None:
         partition_key = topic.key_hash(key)
     key_field = fields + encode_key_field(key) if key else fields
-    return key_field, partition_key, memory_charge(key_field, payload_size)
+    charge = len(key_field) + payload_size + ENTRY_OVERHEAD  # memory_charge, inlined: per message
+    return key_field, partition_key, charge

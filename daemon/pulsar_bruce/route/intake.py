@@ -16,9 +16,10 @@ only the state it owns (each topic's ``TopicState``, each partition's
 through what it is constructed with here (``native/_intake.pyi``).
 
 Work that needs I/O or a clock (a new topic's partition count, linger timers,
-writing sealed batches) is handed to the edge by the topic registry and the
-:class:`~pulsar_bruce.route.appender.Appender`, once per topic or per batch,
-never per message.
+writing sealed batches) is written down by the topic registry and the
+:class:`~pulsar_bruce.route.appender.Appender`, once per topic or per batch, never
+per message, and taken by the edge after each slab and drain
+(``TopicManager.collect``): nothing here calls back up.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Protocol
 
 from pulsar_bruce import reasons
 from pulsar_bruce.batch.batch_builder import BatchBuilder, encode_key_field
+from pulsar_bruce.model.admission import ACCEPT, DATAGRAM, REPLAY, SPILL, STREAM, WAIT, admission
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation
 from pulsar_bruce.model.ledger import ENTRY_OVERHEAD, Ledger
@@ -37,8 +39,8 @@ from pulsar_bruce.parse.datagram import parse_datagram, pin_delivery_time
 from pulsar_bruce.parse.deliver_at import epoch_ms
 from pulsar_bruce.route.appender import Appender, prepare
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.router import Topic
-from pulsar_bruce.route.topics import TopicRegistry
+from pulsar_bruce.route.registry import TopicRegistry
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.spool.journal_records import Recovered
 from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.spool.records import SpooledBatch
@@ -69,7 +71,7 @@ class Intake:
 
     def __init__(
         self,
-        topics: TopicRegistry,
+        registry: TopicRegistry,
         appender: Appender,
         ledger: Ledger,
         policy: SpoolPolicy,
@@ -78,8 +80,8 @@ class Intake:
         max_message_bytes: int,
         clock_ms: Callable[[], int] = epoch_ms,
     ):
-        self.topics = topics
-        self._topic_of = topics.by_bytes.get
+        self.registry = registry
+        self._topic_of = registry.by_bytes.get
         self.appender = appender
         self._place = appender.place
         self.ledger = ledger
@@ -95,7 +97,7 @@ class Intake:
         self.admit_records: AdmitRecords = self.admit_records_py
         compiled_admitter = admitter()
         self._admitter = None if compiled_admitter is None else compiled_admitter(
-            self.admit_py, topics.states, accepted=self._accepted, headroom=self._headroom,
+            self.admit_py, registry.states, accepted=self._accepted, headroom=policy.room,
             seal=appender.seal, opened=appender.opened, tag_last=BatchBuilder.tag_last,
             encode_key_field=encode_key_field, entry_overhead=ENTRY_OVERHEAD,
             max_message_bytes=max_message_bytes,
@@ -128,10 +130,6 @@ class Intake:
         if tag is not None:
             tag.outstanding += count
 
-    def _headroom(self) -> int:
-        """The bytes memory can still take (``SpoolPolicy.room_for``'s test)."""
-        return self.policy.memory_limit - self.ledger.buffered_bytes
-
     # -- the hot path -------------------------------------------------------------
 
     def admit_py(self, data: bytes, tag: Confirmation | None = None, /) -> bool:
@@ -147,32 +145,41 @@ class Intake:
         if isinstance(parsed, str):
             return self.refuse_message(parsed, data, tag)
         topic_bytes, partition_key, timestamp, key, value_offset, fields = parsed
-        topic = self._topic_of(topic_bytes) or self.topics.add(topic_bytes)
+        topic = self._topic_of(topic_bytes) or self.registry.add(topic_bytes)
         if topic is None:
-            return self.refuse_message(reasons.BAD_TOPIC, data, tag)
-        state = topic.state
-        if len(data) > state.max_message_bytes:
-            return self.refuse_message(reasons.TOO_LARGE, data, tag, topic)
-        budget = state.rate_budget
-        if budget is not None and budget <= 0:
-            return self.refuse_message(reasons.RATE_LIMITED, data, tag, topic)
+            return self.refuse_message(reasons.BAD_TOPIC, data, tag, topic)
         key_field, partition_key, charge = prepare(
             topic, partition_key, key, fields, len(data) - value_offset, self.clock_ms
         )
-        ledger = self.ledger
-        if ledger.buffered_bytes + charge <= self.policy.memory_limit:  # policy.room_for(charge)
+        state, ledger, policy = topic.state, self.ledger, self.policy
+        verdict = admission(
+            state, len(data), charge, policy.memory_limit - ledger.buffered_bytes,
+            policy.buffer_max_bytes, DATAGRAM if tag is None else STREAM,
+        )  # fmt: skip
+        if verdict == ACCEPT:
+            budget = state.rate_budget
             self._accept(charge)
             if tag is not None:
                 tag.outstanding += 1
-            self._place(topic, key_field, timestamp, data, value_offset, partition_key, charge, tag)
-        elif tag is not None:
-            if charge > self.policy.buffer_max_bytes:  # would never fit: not worth waiting for
-                return self.refuse_message(reasons.TOO_LARGE, data, tag, topic)
+            producers = topic.producers
+            if producers:  # Appender.place's routing, inlined: once per message
+                into = producers[state.choose(partition_key)]
+                self.appender.append(into, key_field, timestamp, data, value_offset, charge, tag)
+            else:  # it waits for the partition count
+                self._place(
+                    topic, key_field, timestamp, data, value_offset, partition_key, charge, tag
+                )
+        elif verdict == WAIT:
             return False  # backpressure: the stream edge offers it again later
-        elif self.policy.hold(pin_delivery_time(data, key_field) if key_field else data):
+        elif verdict == SPILL and policy.hold(
+            pin_delivery_time(data, key_field) if key_field else data
+        ):
+            budget = state.rate_budget
             ledger.spill()
         else:
-            return self.refuse_message(reasons.BUFFER_FULL, data, None, topic)
+            return self.refuse_message(
+                reasons.BUFFER_FULL if verdict == SPILL else verdict, data, tag, topic
+            )
         if budget is not None:
             state.rate_budget = budget - 1
         return True
@@ -222,7 +229,7 @@ class Intake:
         """
         ledger = self.ledger
         parsed = parse_datagram(data)
-        topic = None if isinstance(parsed, str) else self.topics.lookup(parsed[0])
+        topic = None if isinstance(parsed, str) else self.registry.lookup(parsed[0])
         if isinstance(parsed, str) or topic is None:
             reason = parsed if isinstance(parsed, str) else reasons.BAD_TOPIC
             if previous_run:
@@ -239,9 +246,11 @@ class Intake:
             ledger.readmit(1, charge)
         else:
             ledger.unspill(charge)
-        if len(data) > topic.max_message_bytes:  # the topic's limit was lowered meanwhile
-            ledger.discard(reasons.TOO_LARGE, 1, charge, topic.stats)
-            self.outcomes.refused(reasons.TOO_LARGE, data, sample=False)
+        # Into memory whatever room it has: the memory check was made when it came in.
+        verdict = admission(topic.state, len(data), charge, charge, charge, REPLAY)
+        if verdict != ACCEPT:  # the topic's limit was lowered meanwhile
+            ledger.discard(verdict, 1, charge, topic.stats)
+            self.outcomes.refused(verdict, data, sample=False)
             return
         self._place(topic, key_field, timestamp, data, value_offset, partition_key, charge, None)
 
@@ -266,7 +275,7 @@ class Intake:
 
     def replay_batch(self, spooled: SpooledBatch) -> None:
         """A batch an earlier run wrote to the spool at shutdown: received (again) now."""
-        topic = self.topics.lookup(spooled.topic.encode())
+        topic = self.registry.lookup(spooled.topic.encode())
         charge = len(spooled.entries)
         if topic is None:
             self.ledger.readmit(spooled.count, charge)
@@ -285,7 +294,7 @@ class Intake:
         if topic.producers:
             self.appender.queue_sealed(topic, spooled.partition, batch)
         else:
-            topic.unrouted_batches.append((spooled.partition, batch))
+            topic.wait_sealed(spooled.partition, batch)
 
 
 def admit_each(

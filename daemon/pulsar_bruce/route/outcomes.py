@@ -16,7 +16,7 @@ from pulsar_bruce import reasons
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import settle_tags
 from pulsar_bruce.model.ledger import Ledger
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.spool.journal_stage import NO_JOURNAL, JournalStage
 
 log = logging.getLogger(__name__)
@@ -109,17 +109,16 @@ class Outcomes:
     def discard_waiting(self, topic: Topic, reason: str) -> int:
         """Give up the messages waiting for ``topic``'s partition count; returns how many."""
         total = 0
-        for _partition, batch in topic.unrouted_batches:
+        batches, messages = topic.take_waiting()
+        for _partition, batch in batches:
             self.discarded(topic, batch, reason)
             total += batch.count
-        topic.unrouted_batches.clear()
-        for message in topic.unrouted:
+        for message in messages:
             self.ledger.discard(reason, 1, message.charge, topic.stats)
             if message.confirmation is not None:
                 message.confirmation.settle(1, reason)
             self.refused(reason, message.data, sample=False)
             total += 1
-        topic.unrouted.clear()
         return total
 
     def discard_everything(self, topics: Iterable[Topic], reason: str) -> int:
@@ -175,7 +174,7 @@ class TopicDelivery:
 
     def producer_name_conflict(self, broker_topic: str, name: str) -> None:
         """Counted every time; logged once per broker topic, with the remedy."""
-        self.topic.name_conflicts += 1
+        self.topic.count_name_conflict()
         logged = self.outcomes.name_conflicts_logged
         if broker_topic not in logged:
             logged.add(broker_topic)

@@ -18,8 +18,9 @@ So every choice must depend on the records alone:
   (``TopicManager.open_sequenced``), closed on the broker once the connection
   is gone and its batches are settled, so the next attempt can take the name.
 
-The checks at the door are the intake's, in the same order, except that a topic's
-rate limit is backpressure here, never a refusal: whether a record finds the
+The checks at the door are the intake's (``model/admission.py``, with the
+``NUMBERED`` sender's policy), except that a topic's rate limit is backpressure
+here, never a refusal: whether a record finds the
 budget spent depends on timing, and a refused record takes no id, so the ids
 of the records after it would differ from one attempt to the next.  Memory is
 the stream's backpressure as for any record.  Messages wait (backpressure) until
@@ -31,13 +32,14 @@ from __future__ import annotations
 from typing import Protocol
 
 from pulsar_bruce import reasons
+from pulsar_bruce.model.admission import ACCEPT, NUMBERED, WAIT, admission
 from pulsar_bruce.model.confirmation import Confirmation
 from pulsar_bruce.parse.datagram import parse_datagram
 from pulsar_bruce.parse.producer_record import API_KEY_PRODUCER
 from pulsar_bruce.producer.partition_producer import PartitionProducer
 from pulsar_bruce.route.appender import prepare
 from pulsar_bruce.route.intake import Intake, admit_each
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic import Topic
 
 _PRODUCER_KEY = API_KEY_PRODUCER.to_bytes(2, "big")
 
@@ -87,26 +89,24 @@ class SequencedSender:
         if isinstance(parsed, str):
             return self._refused(parsed, data, tag, None)
         topic_bytes, partition_key, timestamp, key, value_offset, fields = parsed
-        topics = intake.topics
-        topic = topics.by_bytes.get(topic_bytes) or topics.add(topic_bytes)
+        registry = intake.registry
+        topic = registry.by_bytes.get(topic_bytes) or registry.add(topic_bytes)
         if topic is None:
             return self._refused(reasons.BAD_TOPIC, data, tag, None)
-        if len(data) > topic.max_message_bytes:
-            return self._refused(reasons.TOO_LARGE, data, tag, topic)
-        budget = topic.rate_budget
-        if budget is not None and budget <= 0:
-            return False  # backpressure: a refusal would depend on timing, and shift the ids
-        if not topic.producers:
-            return False  # the partition count is being looked up
         key_field, partition_key, charge = prepare(
             topic, partition_key, key, fields, len(data) - value_offset, intake.clock_ms
         )
-        if intake.ledger.buffered_bytes + charge > intake.policy.memory_limit:
-            if charge > intake.policy.buffer_max_bytes:
-                return self._refused(reasons.TOO_LARGE, data, tag, topic)
-            return False
+        policy, ledger = intake.policy, intake.ledger
+        verdict = admission(
+            topic.state, len(data), charge, policy.room(), policy.buffer_max_bytes, NUMBERED
+        )
+        if verdict == WAIT:
+            return False  # backpressure: memory, the partition count, the rate budget
+        if verdict != ACCEPT:
+            return self._refused(verdict, data, tag, topic)
+        budget = topic.rate_budget
         producer = self._producer(topic, self._partition(topic, partition_key))
-        intake.ledger.accept(charge)
+        ledger.accept(charge)
         if tag is not None:
             tag.outstanding += 1
         intake.appender.append(producer, key_field, timestamp, data, value_offset, charge, tag)

@@ -17,7 +17,7 @@ from pulsar_bruce.config import Config, ConfigError, TopicSettings
 from pulsar_bruce.model.schema import ProducerSchema
 from pulsar_bruce.producer.partition_producer import BatchPolicy
 from pulsar_bruce.route.key_hash import HASHERS
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic import Topic
 
 
 class TopicConfigurator:

@@ -13,14 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from pulsar_bruce import reasons
-from pulsar_bruce.batch.batch_builder import batch_entries_of
 from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.router import Topic
-from pulsar_bruce.spool import records as spool_records
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.spool.spooler import Spooler
 
 log = logging.getLogger(__name__)
@@ -29,9 +27,14 @@ _POLL_S = 0.02
 
 
 async def wait_for_receipts(
-    ledger: Ledger, timeout_s: float, stop_now: asyncio.Event, spool: bool
+    ledger: Ledger,
+    timeout_s: float,
+    stop_now: asyncio.Event,
+    spool: bool,
+    clock: Callable[[], float] = time.monotonic,
 ) -> None:
-    """Wait until what memory holds is acknowledged, ``timeout_s`` at most, or ``stop_now``."""
+    """Wait until what memory holds is acknowledged, ``timeout_s`` at most (on ``clock``),
+    or ``stop_now``."""
     waiting = ledger.buffered_messages - ledger.spooled_messages
     if waiting <= 0 or timeout_s <= 0 or stop_now.is_set():
         return
@@ -42,10 +45,10 @@ async def wait_for_receipts(
         waiting,
         "spooling" if spool else "discarding",
     )
-    deadline = time.monotonic() + timeout_s
+    deadline = clock() + timeout_s
     while (
         ledger.buffered_messages > ledger.spooled_messages
-        and time.monotonic() < deadline
+        and clock() < deadline
         and not stop_now.is_set()
     ):
         await asyncio.sleep(_POLL_S)
@@ -80,46 +83,14 @@ def spool_records_of(topics: Iterable[Topic]) -> tuple[list[bytes], int, int]:
     front: list[bytes] = []
     count = charge = 0
     for topic in topics:
-        for partition, batch in topic.unrouted_batches:
-            kept = batch.sequence_id if batch.producer_name else -1
-            front.append(
-                spool_records.encode_batch(
-                    topic.name, partition, kept, batch.count, batch.payload, batch.producer_name
-                )
-            )
-            count += batch.count
-            charge += batch.buffer_bytes
-        for producer in topic.owned_producers():
-            producer.seal()
-            for batch in producer.pending:
-                if not batch.payload:  # already framed: take the entries out of the frame
-                    batch.payload = batch_entries_of(batch)
-                sent_as = ""  # the producer name its sequence ids belong to, if it was sent
-                if batch.sequence_id >= 0:
-                    sent_as = batch.producer_name or producer.name or ""
-                front.append(
-                    spool_records.encode_batch(
-                        topic.name,
-                        producer.partition,
-                        batch.sequence_id,
-                        batch.count,
-                        batch.payload,
-                        sent_as,
-                    )
-                )
-                count += batch.count
-                charge += batch.buffer_bytes
-        for message in topic.unrouted:
-            front.append(spool_records.encode(spool_records.DATAGRAM, message.data))
-            count += 1
-            charge += message.charge
+        records, messages, bytes_charged = topic.spool_records()
+        front += records
+        count += messages
+        charge += bytes_charged
     return front, count, charge
 
 
 def forget_buffered(topics: Iterable[Topic]) -> None:
     """After :func:`spool_records_of` was written: memory holds none of it any more."""
     for topic in topics:
-        topic.unrouted_batches.clear()
-        topic.unrouted.clear()
-        for producer in topic.producers:
-            producer.queue.take_all()
+        topic.forget_spooled()

@@ -19,13 +19,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from pulsar_bruce import reasons
+from pulsar_bruce.model.admission import ACCEPT, REPLAY, admission
 from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.spool import records
 from pulsar_bruce.spool.store import SpoolStore
 
 log = logging.getLogger(__name__)
+
+
+class Refusals(Protocol):
+    """Evidence of a message refused (``route/outcomes.py``'s ``Outcomes``)."""
+
+    def refused(self, reason: str, data: bytes, *, sample: bool, size: int | None = None) -> None:
+        ...
 
 
 class SpoolPolicy:
@@ -37,14 +46,14 @@ class SpoolPolicy:
         buffer_max_bytes: int,
         store: SpoolStore | None = None,
         unreachable_after_s: float = 10.0,
-        refused: Callable[[str, bytes], None] | None = None,
+        refusals: Refusals | None = None,
     ):
         self.ledger = ledger
         self.buffer_max_bytes = buffer_max_bytes
         self.store = store
         self.unreachable_after_s = unreachable_after_s
-        #: Evidence of each datagram discarded here (``Outcomes.refused``: the discard log).
-        self.refused = refused
+        #: Told of each datagram discarded here (``Outcomes``: the discard log).
+        self.refusals = refusals
         #: What memory may hold now (``buffered_bytes`` plus a new message's charge at most):
         #: the cap, or -1 while spilling, when new messages queue behind the spool, on disk.
         self.memory_limit = buffer_max_bytes
@@ -63,13 +72,11 @@ class SpoolPolicy:
 
     # -- per message -----------------------------------------------------------------
 
-    def room_for(self, charge: int) -> bool:
-        """May a message charged ``charge`` bytes be kept in memory now?
-
-        The intake inlines this test (``buffered_bytes + charge <= memory_limit``)
-        on its per-message path; this method is the definition.
-        """
-        return self.ledger.buffered_bytes + charge <= self.memory_limit
+    def room(self) -> int:
+        """The bytes memory can take now: the admission decision's ``room``
+        (``model/admission.py``); negative while spilling.  The intake computes it inline
+        on its per-message path."""
+        return self.memory_limit - self.ledger.buffered_bytes
 
     def hold(self, datagram: bytes) -> bool:
         """Keep ``datagram`` for the disk (written by :meth:`write_held`); False: no room."""
@@ -93,7 +100,7 @@ class SpoolPolicy:
         memory has room for go to memory (``into_memory``: the intake's replay), oldest
         first, and
         the rest are discarded as ``buffer_full`` (the spool is as good as full),
-        each given to :attr:`refused` (the discard log); logged once per failed write.
+        each told to :attr:`refusals` (the discard log); logged once per failed write.
         """
         if not self._held:
             return
@@ -114,19 +121,21 @@ class SpoolPolicy:
             if kept == len(held):
                 return
             self.ledger.discard_spilled(reasons.BUFFER_FULL, len(held) - kept)
-            if self.refused is not None:
+            if self.refusals is not None:
                 for record in held[kept:]:
-                    self.refused(reasons.BUFFER_FULL, record[records.HEADER_SIZE + 1 :])
+                    datagram = record[records.HEADER_SIZE + 1 :]
+                    self.refusals.refused(reasons.BUFFER_FULL, datagram, sample=False)
 
     def _into_memory(self, held: list[bytes], into_memory: Callable[[bytes], None] | None) -> int:
         """Give the first of ``held`` (records) to memory while it has room; how many."""
         if into_memory is None:
             return 0
-        ledger = self.ledger
+        ledger, capacity = self.ledger, self.buffer_max_bytes
         kept = 0
         for record in held:
             datagram = record[records.HEADER_SIZE + 1 :]
-            if ledger.buffered_bytes + len(datagram) > self.buffer_max_bytes:
+            size, room = len(datagram), capacity - ledger.buffered_bytes
+            if admission(None, size, size, room, capacity, REPLAY) != ACCEPT:
                 break
             into_memory(datagram)
             kept += 1

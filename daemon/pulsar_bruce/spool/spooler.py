@@ -17,7 +17,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from typing import Protocol
 
 from pulsar_bruce.spool import records
@@ -45,6 +45,19 @@ class Replayer(Protocol):
     def replay_batch(self, spooled: SpooledBatch) -> None: ...
 
 
+class Brokers(Protocol):
+    """The broker connections (``connection/pool.py``'s ``ConnectionPool``)."""
+
+    @property
+    def connections(self) -> Sized: ...
+
+
+class BatchWriter(Protocol):
+    """Journals and writes the batches sealed since the last call (the topic manager)."""
+
+    def flush_dirty(self) -> None: ...
+
+
 class Spooler:
     """Connects a :class:`SpoolStore` and its :class:`SpoolPolicy` to the event loop."""
 
@@ -54,16 +67,21 @@ class Spooler:
         policy: SpoolPolicy,
         replayer: Replayer,
         *,
-        broker_reachable: Callable[[], bool],
-        after_replay: Callable[[], None],
+        brokers: Brokers,
+        writer: BatchWriter,
         journal: JournalStage = NO_JOURNAL,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.store = store
         self.policy = policy
         self.replayer = replayer
-        self._broker_reachable = broker_reachable
-        self._after_replay = after_replay
+        #: The broker connections: none open, no broker reachable.
+        self.brokers = brokers
+        #: Journals and writes what a replay admitted (the topic manager).
+        self.writer = writer
         self.journal = journal
+        #: Now, in seconds: the ticks' time (durability, the broker watch).
+        self.clock = clock
         #: Where the disk refuses a write, memory keeps what it has room for.
         self._into_memory = functools.partial(replayer.replay_datagram, previous_run=False)
         self._previous_run_segments: set[str] = set()
@@ -82,11 +100,11 @@ class Spooler:
 
     async def run(self) -> None:
         """Durability, broker watch and replay until cancelled; OSErrors are retried."""
-        last_sync = time.monotonic()
+        last_sync = self.clock()
         delay = _TICK_S
         while True:
             await asyncio.sleep(delay)
-            now = time.monotonic()
+            now = self.clock()
             try:
                 self.tick(now)
                 if now - last_sync >= _SYNC_EVERY_S:
@@ -105,7 +123,7 @@ class Spooler:
     def tick(self, now: float) -> None:
         policy = self.policy
         policy.write_held(self._into_memory)
-        policy.watch_brokers(now, self._broker_reachable())
+        policy.watch_brokers(now, bool(self.brokers.connections))
         if self._stopping:
             return
         room = policy.replay_room()
@@ -123,7 +141,7 @@ class Spooler:
                     self.replayer.replay_datagram(body, previous_run=previous_run)
                 else:
                     self.replayer.replay_batch(records.decode_batch(body, kind))
-            self._after_replay()  # journalled (and sent) ...
+            self.writer.flush_dirty()  # journalled (and sent) ...
             flushed = True
             store.commit()  # ... admitted: only now may the segments they came from go
         finally:
@@ -131,7 +149,7 @@ class Spooler:
             if this_run or previous_run_lost:
                 ledger.lost_in_spool(this_run, previous_run_lost)
             if not flushed:
-                self._after_replay()
+                self.writer.flush_dirty()
 
     def stop_replaying(self) -> None:
         self._stopping = True

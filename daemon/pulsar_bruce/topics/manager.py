@@ -13,15 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import itertools
 import logging
-from collections.abc import Coroutine
+import time
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from pulsar_bruce import reasons
 from pulsar_bruce.connection.broker_connection import ConnectionClosedError, ServerError
 from pulsar_bruce.connection.pool import ConnectionPool, TopicLookupError
+from pulsar_bruce.parse.deliver_at import epoch_ms
 from pulsar_bruce.parse.topic import is_partition_name, partition_name
 from pulsar_bruce.producer.backoff import Retry
 from pulsar_bruce.producer.delivery import DeliveryPolicy
@@ -31,9 +32,9 @@ from pulsar_bruce.producer.partition_producer import PartitionProducer
 from pulsar_bruce.producer.sequenced_driver import SequencedDriver
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.registry import TopicRegistry
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.route.topic_settings import TopicConfigurator
-from pulsar_bruce.route.topics import TopicRegistry
 from pulsar_bruce.spool.journal_stage import NO_JOURNAL, JournalStage
 from pulsar_bruce.topics.rate_limit import RateLimiter
 
@@ -44,7 +45,8 @@ _LOOKUP_FAILURES = (TopicLookupError, ConnectionClosedError, ServerError, OSErro
 
 
 class TopicManager:
-    """Owns the topic registry, the producers' drivers and the batches waiting to be written."""
+    """Acts on what the registry and the appender wrote down: looks new topics up, drives
+    their producers and writes the batches sealed."""
 
     def __init__(
         self,
@@ -52,10 +54,14 @@ class TopicManager:
         outcomes: Outcomes,
         settings: TopicConfigurator,
         delivery: DeliveryPolicy,
+        registry: TopicRegistry,
+        appender: Appender,
         *,
         producer_name: str | None = None,
         metadata_refresh_s: float = 0.0,
         journal: JournalStage = NO_JOURNAL,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = epoch_ms,
     ):
         self.pool = pool
         self.outcomes = outcomes
@@ -63,19 +69,23 @@ class TopicManager:
         self.delivery = delivery
         self.producer_name = producer_name
         self.metadata_refresh_s = metadata_refresh_s
+        #: The drivers' clocks: now in seconds (timeouts, latencies), in epoch ms (frames).
+        self.clock, self.wall_ms = clock, wall_ms
         #: The journal stage: the write-ahead journal, or none (``spool/journal_stage.py``).
         self.journal = journal
         self.drivers: dict[int, ProducerDriver] = {}
-        self.rate_limiter = RateLimiter(settings.refill)
+        self.rate_limiter = RateLimiter(settings)
         self._dirty: set[ProducerDriver] = set()
         #: The one producer of each broker topic (a partition, or a non-partitioned topic),
         #: whichever of the names senders use for it came first.
         self._by_broker_topic: dict[str, PartitionProducer] = {}
         self._producer_ids = itertools.count(1)
+        #: The producers under stream senders' names, with their topics, until closed.
+        self._sequenced: dict[SequencedDriver, Topic] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        #: The parts the intake shares; they report back to this manager.
-        self.appender = Appender(self)
-        self.registry = TopicRegistry(self.topic_added)
+        #: The parts the intake shares: what they write down, :meth:`collect` acts on.
+        self.registry = registry
+        self.appender = appender
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -102,7 +112,20 @@ class TopicManager:
                     self.batch_sealed(producer)
         self.flush_dirty()
 
-    # -- events from the registry and the appender ------------------------------------------
+    # -- what the registry and the appender wrote down -------------------------------------
+
+    def collect(self) -> None:
+        """What the intake did since the last call: new topics are looked up, the batches it
+        opened get their linger timers, those it sealed are marked to be written."""
+        for topic in self.registry.take_added():
+            self.topic_added(topic)
+        if self._sequenced:
+            self._forget_closed()
+        opened, sealed = self.appender.take_batches()
+        for producer in opened:
+            self.batch_opened(producer)
+        for producer in sealed:
+            self.batch_sealed(producer)
 
     def topic_added(self, topic: Topic) -> None:
         self.journal.topic_added(topic)
@@ -148,10 +171,12 @@ class TopicManager:
             self.pool,
             self.outcomes.for_topic(topic),
             self.delivery,
-            on_closed=functools.partial(self._sequenced_closed, topic),
+            clock=self.clock,
+            wall_ms=self.wall_ms,
         )
         self.drivers[producer.producer_id] = driver
-        topic.sequenced.append(producer)
+        self._sequenced[driver] = topic
+        topic.add_sequenced(producer)
         driver.start()
         return producer
 
@@ -162,14 +187,17 @@ class TopicManager:
             if isinstance(driver, SequencedDriver):
                 driver.retire()
 
-    def _sequenced_closed(self, topic: Topic, driver: SequencedDriver) -> None:
-        self.drivers.pop(driver.producer.producer_id, None)
-        self._dirty.discard(driver)
-        with contextlib.suppress(ValueError):
-            topic.sequenced.remove(driver.producer)
+    def _forget_closed(self) -> None:
+        """Sequenced producers closed on the broker since the last call are forgotten."""
+        for driver, topic in [(d, t) for d, t in self._sequenced.items() if d.closed]:
+            del self._sequenced[driver]
+            self.drivers.pop(driver.producer.producer_id, None)
+            self._dirty.discard(driver)
+            topic.remove_sequenced(driver.producer)
 
     def flush_dirty(self) -> None:
         """After a socket drain: journal what it read, write the batches that filled up."""
+        self.collect()
         self.journal.sync()
         if self._dirty:
             for driver in self._dirty:
@@ -225,11 +253,11 @@ class TopicManager:
                 log.info("%s grew to %d partitions", topic.name, count)
         listener = self.outcomes.for_topic(topic)
         policy = self.settings.policy(topic)
-        new, attached = [], []
+        new, attached, borrowed = [], [], []
         for index, name in enumerate(names, start=len(topic.producers)):
             producer = self._by_broker_topic.get(name)
             if producer is not None:  # also addressed as t-partition-N, or as t: share it
-                topic.borrowed.add(producer.producer_id)
+                borrowed.append(producer.producer_id)
                 attached.append(producer)
                 continue
             producer = PartitionProducer(name, index, next(self._producer_ids), policy)
@@ -237,13 +265,13 @@ class TopicManager:
                 producer.name_as(self.producer_name)
             self.journal.producer_added(producer, topic.name, index)
             self.drivers[producer.producer_id] = ProducerDriver(
-                producer, self.pool, listener, self.delivery, self.journal
-            )
+                producer, self.pool, listener, self.delivery, self.journal,
+                clock=self.clock, wall_ms=self.wall_ms,
+            )  # fmt: skip
             self._by_broker_topic[name] = producer
             new.append(producer)
             attached.append(producer)
-        topic.partitioned = count > 0
-        topic.attach(attached)
+        topic.attach(attached, partitioned=count > 0, borrowed=borrowed)
         self.appender.route_waiting(topic)
         for producer in new:
             self.drivers[producer.producer_id].start()

@@ -8,16 +8,17 @@ and refills the budget; this class owns the timers that call the refill.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic import Topic
+from pulsar_bruce.route.topic_settings import TopicConfigurator
 
 
 class RateLimiter:
     """One refill timer per rate-limited topic."""
 
-    def __init__(self, refill: Callable[[Topic], None]):
-        self._refill = refill
+    def __init__(self, settings: TopicConfigurator):
+        #: What refills a topic's budget from its settings.
+        self.settings = settings
         self._timers: dict[str, asyncio.TimerHandle] = {}
 
     def schedule(self, topic: Topic, interval_s: float | None) -> None:
@@ -29,7 +30,7 @@ class RateLimiter:
             return
 
         def refill() -> None:
-            self._refill(topic)
+            self.settings.refill(topic)
             self.schedule(topic, interval_s)
 
         self._timers[topic.name] = asyncio.get_running_loop().call_later(interval_s, refill)

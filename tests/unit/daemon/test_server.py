@@ -127,7 +127,7 @@ def test_sighup_reloads_per_topic_settings(tmp_path: Path) -> None:
         await _until(lambda: server.ledger.received == 5)
         assert server.ledger.discarded["rate_limited"] == 2
         os.kill(os.getpid(), signal.SIGHUP)  # the reload drops the override: no limit
-        topic = server.pipeline.topics.registry.by_name["persistent://public/default/t"]
+        topic = server.pipeline.manager.registry.by_name["persistent://public/default/t"]
         await _until(lambda: topic.rate_budget is None)
         _send(tmp_path / "bruce.sock", 5)
         await _until(lambda: server.ledger.received == 10)

@@ -17,7 +17,7 @@ from pulsar_bruce.cli import effective_config_toml
 from pulsar_bruce.config import ConfigError, load_config
 from pulsar_bruce.config.values import parse_encryption_keys
 from pulsar_bruce.producer.partition_producer import PartitionProducer
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.route.topic_settings import TopicConfigurator, encryption_recipients
 
 SECRET = "persistent://public/default/secret"

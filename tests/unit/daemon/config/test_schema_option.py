@@ -16,7 +16,7 @@ from pulsar_bruce.cli import effective_config_toml
 from pulsar_bruce.config import ConfigError, load_config
 from pulsar_bruce.model.schema import STRUCT_PROPERTIES, ProducerSchema, SchemaKind
 from pulsar_bruce.producer.partition_producer import PartitionProducer
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.route.topic_settings import TopicConfigurator
 
 ORDER: dict[str, Any] = {

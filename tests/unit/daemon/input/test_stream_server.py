@@ -9,6 +9,7 @@ import struct
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 from pulsar_bruce import reasons
 from pulsar_bruce.input.stream_server import StreamConnection, StreamServer
@@ -347,7 +348,7 @@ def test_a_client_that_never_reads_its_responses_stops_being_read(tmp_path: Path
 
 def budget_of(rig: Rig, buffer_max_bytes: int, buffered: int = 0) -> RecordBudget:
     return RecordBudget(
-        lambda: rig.intake.max_message_bytes, buffer_max_bytes, lambda: buffered, reserve_from=100
+        rig.intake, buffer_max_bytes, SimpleNamespace(buffered_bytes=buffered), reserve_from=100
     )
 
 

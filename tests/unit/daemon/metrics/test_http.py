@@ -11,7 +11,7 @@ from pulsar_bruce.metrics.http import MetricsServer, _Only
 from pulsar_bruce.metrics.registry import Metrics, family_names
 from pulsar_bruce.model.ledger import Ledger
 
-from .test_registry import fake_topic
+from .test_registry import brokers, fake_topic
 
 PER_TOPIC = ("acked", "discarded", "buffered_messages", "partitions_ready")
 
@@ -29,7 +29,7 @@ def test_name_filter_serves_only_the_named_series() -> None:
     ledger = Ledger()
     ledger.accept(10)
     ledger.reject("malformed")
-    metrics = Metrics(ledger, lambda: [], lambda: 0)
+    metrics = Metrics(ledger, [], brokers(0))
     metrics.receipt_latency(0.003)
 
     async def test() -> tuple[str, str]:
@@ -77,7 +77,7 @@ def test_a_filtered_scrape_builds_only_what_it_serves_and_serves_what_a_full_one
     ledger.accept(10)
     ledger.reject("malformed")
     topics = [fake_topic("persistent://public/default/t", 3, 1, [True, False])]
-    metrics = Metrics(ledger, lambda: topics, lambda: 2)
+    metrics = Metrics(ledger, topics, brokers(2))
     metrics.batch_sent(7)
     metrics.receipt_latency(0.003)
     selected = _exposition(_Only(metrics.registry, names, metrics.select))

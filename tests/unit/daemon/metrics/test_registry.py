@@ -7,12 +7,16 @@ from typing import Any
 
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from pulsar_bruce.metrics.registry import Metrics, SpoolGauges
+from pulsar_bruce.metrics.registry import Metrics
 from pulsar_bruce.model.ledger import Ledger, TopicCounters
 
 
+def brokers(count: int) -> Any:
+    """A connection pool with ``count`` connections, as the metrics read it."""
+    return SimpleNamespace(connections=[object()] * count)
+
 def fake_topic(name: str, acked: int, buffered: int, ready: list[bool]) -> Any:
-    """What the collector reads of a route.router.Topic, nothing more."""
+    """What the collector reads of a route.topic.Topic, nothing more."""
     stats = TopicCounters()
     stats.acked = acked
     stats.discarded["too_large"] = 1
@@ -43,9 +47,8 @@ def test_a_scrape_shows_the_ledger_and_the_gauges() -> None:
     ledger.ack(topic, 2, 200)
     ledger.reject("invalid")
     ledger.sent(batches=1, resent_messages=0)
-    metrics = Metrics(
-        ledger, topics=lambda: [], connections=lambda: 2, spool=lambda: SpoolGauges(4096, 3)
-    )
+    spool = SimpleNamespace(size_bytes=4096, corrupt_records=3)
+    metrics = Metrics(ledger, topics=[], brokers=brokers(2), spool=spool)
     metrics.batch_sent(2)
     metrics.receipt_latency(0.003)
     samples = scrape(metrics)
@@ -66,7 +69,7 @@ def test_a_scrape_shows_the_ledger_and_the_gauges() -> None:
 
 def test_per_topic_families_stop_at_the_label_limit() -> None:
     topics = [fake_topic(f"t{i}", acked=i, buffered=10 + i, ready=[True, False]) for i in range(5)]
-    metrics = Metrics(Ledger(), topics=lambda: topics, connections=lambda: 0, topic_label_limit=3)
+    metrics = Metrics(Ledger(), topics=topics, brokers=brokers(0), topic_label_limit=3)
     samples = scrape(metrics)
     shown = sorted(
         name for name in samples if name.startswith("pulsar_bruce_topic_acked_total{")

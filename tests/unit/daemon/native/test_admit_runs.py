@@ -17,7 +17,7 @@ from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProdu
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.topics import TopicRegistry
+from pulsar_bruce.route.registry import TopicRegistry
 from pulsar_bruce.spool.policy import SpoolPolicy
 from to_pulsar.encoding import encode_any_partition
 
@@ -42,24 +42,29 @@ class CountingLedger(Ledger):
         super().accept_many(count, charge)
 
 
-class _Events:
+class _Events(Appender):
+    """An appender that notes the ledger each time the compiled admitter calls it."""
+
     def __init__(self, ledger: Ledger) -> None:
+        super().__init__()
         self.ledger = ledger
         self.seen_received: list[int] = []
 
-    def batch_opened(self, producer: PartitionProducer) -> None:
+    def opened(self, producer: PartitionProducer) -> None:
         self.seen_received.append(self.ledger.received)  # Python code sees a current ledger
+        super().opened(producer)
 
-    def batch_sealed(self, producer: PartitionProducer) -> None:
+    def seal(self, producer: PartitionProducer) -> None:
         self.seen_received.append(self.ledger.received)
+        super().seal(producer)
 
 
 def _intake(memory: int = 1 << 30, max_messages: int = 1000) -> tuple[Intake, _Events]:
     ledger = CountingLedger()
     events = _Events(ledger)
-    registry = TopicRegistry(lambda topic: None)
+    registry = TopicRegistry()
     intake = Intake(
-        registry, Appender(events), ledger, SpoolPolicy(ledger, memory), Outcomes(ledger),
+        registry, events, ledger, SpoolPolicy(ledger, memory), Outcomes(ledger),
         max_message_bytes=1 << 20,
     )  # fmt: skip
     topic = registry.lookup(b"t")

@@ -11,7 +11,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 from hypothesis import given, settings
@@ -21,6 +23,7 @@ from pulsar_bruce.input.stream_session import encode_flush_request, split_record
 from pulsar_bruce.parse.datagram import parse_datagram_py
 from to_pulsar.encoding import encode_any_partition, encode_message_record, encode_partition_key
 
+from tests.support.any_topic import to_any_topic
 from tests.support.extension import load_extension, needs_extension
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -151,3 +154,100 @@ def test_the_whole_intake_accepts_batches_frames_and_discards_the_same(seed: int
     rejects = set(compiled["rejects"])  # type: ignore[arg-type]
     assert {"malformed", "too_large", "bad_topic", "buffer_full", "backpressure"} <= rejects
     assert len(compiled["frames"]) > 100  # type: ignore[arg-type]
+
+
+# -- the sequenced path (route/sequenced.py) ------------------------------------------------
+
+seq_topics = st.sampled_from(["plain", "keyed", "limited", "waiting", "bad topic"])
+
+
+@st.composite
+def numbered_records(draw: st.DrawFn) -> bytes:
+    """Stream records of a numbered stream: all three formats, sometimes damaged."""
+    topic, value, key = draw(seq_topics), draw(st.binary(max_size=600)), draw(keys)
+    kind = draw(st.sampled_from(["any", "keyed", "record", "flush"]))
+    if kind == "flush":
+        return encode_flush_request(draw(st.integers(0, 2**40)))
+    partition_key = draw(st.integers(0, 2**31 - 1))
+    partition = draw(st.none() | st.integers(0, 2**31 - 1))
+    encode = {
+        "any": lambda name: encode_any_partition(name, value, key),
+        "keyed": lambda name: encode_partition_key(partition_key, name, value, key),
+        "record": lambda name: encode_message_record(name, value, key, 0, partition, {"p": "v"}),
+    }[kind]
+    data = to_any_topic(topic, encode)
+    if draw(st.integers(0, 9)) == 0:  # truncated
+        data = data[: draw(st.integers(0, len(data)))]
+    return data
+
+
+class Worker:
+    """``tests.support.sequenced_trace`` running under one intake: a workload in, a trace out."""
+
+    def __init__(self, intake: str):
+        env = {**os.environ, "PULSAR_BRUCE_INTAKE": intake}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.sequenced_trace"], cwd=ROOT, env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert json.loads(self.readline()) == {"intake": intake}
+
+    def readline(self) -> str:
+        out: IO[str] | None = self.process.stdout
+        assert out is not None
+        line = out.readline()
+        assert line, "the worker ended"
+        return line
+
+    def trace(self, workload: dict[str, object]) -> dict[str, object]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(workload) + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.readline())  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def workers() -> Iterator[tuple[Worker, Worker]]:
+    compiled, python = Worker("compiled"), Worker("python")
+    yield compiled, python
+    compiled.close()
+    python.close()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(numbered_records(), max_size=30),
+    st.sampled_from([300, 1500, 1 << 20]),
+    st.sampled_from([1, 4, 1000]),
+)
+def test_a_numbered_stream_takes_batches_ids_frames_and_refusals_the_same(
+    workers: tuple[Worker, Worker], records: list[bytes], memory: int, budget: int
+) -> None:
+    """The sequenced sender's records through each intake (its parser, topic and partition
+    state, entry buffers, id stamping), backpressure and relief included: identical traces."""
+    workload = {"records": [record.hex() for record in records], "memory": memory,
+                "budget": budget}  # fmt: skip
+    compiled, python = workers
+    assert compiled.trace(workload) == python.trace(workload)
+
+
+def test_the_numbered_stream_workload_reaches_every_verdict(
+    workers: tuple[Worker, Worker],
+) -> None:
+    """The comparison above can fail: its workloads wait, refuse and take."""
+    big = encode_any_partition("limited", b"x" * 400)
+    bad = to_any_topic("bad topic", lambda name: encode_any_partition(name, b"b"))
+    records = [encode_any_partition("waiting", b"w"), encode_any_partition("plain", b"p" * 900),
+               big, bad, encode_flush_request(1),
+               *(encode_partition_key(i, "limited", b"r") for i in range(3))]  # fmt: skip
+    workload = {"records": [record.hex() for record in records], "memory": 1500, "budget": 1}
+    trace = workers[1].trace(workload)
+    assert trace["rejects"] == ["too_large", "bad_topic"]
+    assert trace["stops"][0] == 0  # "waiting" has no partitions yet: relief, then taken
+    assert len(trace["batches"]) == 5  # type: ignore[arg-type]
+    assert trace["position"] == len(records) - 1  # every record but the flush request

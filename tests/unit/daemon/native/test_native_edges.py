@@ -15,7 +15,7 @@ from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProdu
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.topics import TopicRegistry
+from pulsar_bruce.route.registry import TopicRegistry
 from pulsar_bruce.spool.policy import SpoolPolicy
 from to_pulsar.encoding import encode_any_partition
 
@@ -25,20 +25,12 @@ pytestmark = pytest.mark.skipif(compiled is None, reason="the compiled intake is
 HUGE = parse_size("10000000000GiB")
 
 
-class _Events:
-    def batch_opened(self, producer: PartitionProducer) -> None:
-        pass
-
-    def batch_sealed(self, producer: PartitionProducer) -> None:
-        pass
-
-
 def _intake(case: str) -> tuple[Intake, PartitionProducer]:
     ledger = Ledger()
-    registry = TopicRegistry(lambda topic: None)
+    registry = TopicRegistry()
     memory = HUGE if case == "memory_limit" else 1 << 30
     intake = Intake(
-        registry, Appender(_Events()), ledger, SpoolPolicy(ledger, memory), Outcomes(ledger),
+        registry, Appender(), ledger, SpoolPolicy(ledger, memory), Outcomes(ledger),
         max_message_bytes=HUGE if case == "max_message_bytes" else 1 << 20,
     )  # fmt: skip
     topic = registry.lookup(b"t")
@@ -65,7 +57,7 @@ def test_limits_beyond_int64_admit_as_the_python_intake_does(case: str) -> None:
         intake, producer = _intake(case)
         admit = intake.admit if compiled_path else intake.admit_py
         assert admit(data) is True
-        topic = intake.topics.lookup(b"t")
+        topic = intake.registry.lookup(b"t")
         assert topic is not None
         results.append((producer.batch.buffer, intake.ledger.buffered_bytes, topic.rate_budget))
     assert results[0] == results[1]

@@ -24,8 +24,8 @@ from pulsar_bruce.producer.partition_state import PyPartitionState
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.outcomes import Outcomes
+from pulsar_bruce.route.registry import TopicRegistry
 from pulsar_bruce.route.topic_state import PyTopicState
-from pulsar_bruce.route.topics import TopicRegistry
 from pulsar_bruce.spool.policy import SpoolPolicy
 from to_pulsar.encoding import encode_any_partition, encode_partition_key
 
@@ -78,8 +78,8 @@ def test_the_extension_has_exactly_the_names_the_stub_declares() -> None:
     """``_intake.pyi`` is the whole contract: nothing compiled is undeclared, or the reverse."""
     stub = declared()
     assert {name for name in vars(native) if not name.startswith("_")} == stub[""]
-    for name in stub[""] - {"parse_datagram", "split_records", "stamp_sequence_ids",
-                            "write_then_consume"}:  # fmt: skip
+    for name in stub[""] - {"admission", "parse_datagram", "split_records",
+                            "stamp_sequence_ids", "write_then_consume"}:  # fmt: skip
         assert public(getattr(native, name)) == stub[name], name
 
 
@@ -166,13 +166,10 @@ def test_both_states_keep_limits_and_budgets_alike() -> None:
 
 
 class _Sealed:
-    """Batch events: each sealed batch's (partition, count)."""
+    """The edge: each sealed batch's (partition, count)."""
 
     def __init__(self) -> None:
         self.sealed: list[tuple[int, int]] = []
-
-    def batch_opened(self, producer: PartitionProducer) -> None:
-        pass
 
     def batch_sealed(self, producer: PartitionProducer) -> None:
         self.sealed += [(producer.partition, batch.count) for batch in producer.pending]
@@ -184,10 +181,10 @@ def _routed(changes: str, python_path: bool) -> tuple[list[tuple[int, int]], int
     after the topic was routed, the way the edge changes it: the sealed batches, and how
     many messages the compiled admitter took."""
     ledger = Ledger()
-    registry = TopicRegistry(lambda topic: None)
-    events = _Sealed()
+    registry = TopicRegistry()
+    events, appender = _Sealed(), Appender()
     intake = Intake(
-        registry, Appender(events), ledger, SpoolPolicy(ledger, 1 << 30), Outcomes(ledger),
+        registry, appender, ledger, SpoolPolicy(ledger, 1 << 30), Outcomes(ledger),
         max_message_bytes=1 << 20,
     )  # fmt: skip
     topic = registry.lookup(b"t")
@@ -206,6 +203,8 @@ def _routed(changes: str, python_path: bool) -> tuple[list[tuple[int, int]], int
     for index in range(12):
         admit(encode_partition_key(index % 3, "t", b"v" * 40))
         admit(encode_any_partition("t", b"w" * 40))
+        for producer in appender.take_batches()[1]:
+            events.batch_sealed(producer)
     for producer in producers:
         if producer.seal():
             events.batch_sealed(producer)

@@ -25,7 +25,7 @@ from pulsar_bruce.producer.answers import BrokerAnswers
 from pulsar_bruce.producer.faults import count_failure
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
 from pulsar_bruce.route.appender import Appender
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.spool.journal import Journal
 
 from tests.unit.daemon.producer.broker_model import NAME, PRODUCER_ID, TOPIC, Broker
@@ -128,15 +128,11 @@ class Process(BrokerAnswers):
             elif spooled.producer_name:  # refused after a write that may be stored
                 batch.stored_before = True
                 outcomes.batches_possibly_stored([batch])
-            Appender(self).queue_sealed(self.topic, spooled.partition, batch)
+            appender = Appender()
+            appender.queue_sealed(self.topic, spooled.partition, batch)
+            for producer in appender.take_batches()[1]:  # what the topic manager does
+                self.journal.touched(producer)
         self.journal.drop_previous()
-
-    # BatchEvents
-    def batch_opened(self, producer: PartitionProducer) -> None:
-        self.journal.touched(producer)
-
-    def batch_sealed(self, producer: PartitionProducer) -> None:
-        self.journal.touched(producer)
 
     # -- what the driver does ------------------------------------------------------------
 

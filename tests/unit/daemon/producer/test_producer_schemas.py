@@ -21,8 +21,10 @@ from pulsar_bruce.producer.delivery import DeliveryPolicy
 from pulsar_bruce.producer.driver import ProducerDriver
 from pulsar_bruce.producer.faults import one_line
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
+from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.registry import TopicRegistry
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.route.topic_settings import TopicConfigurator
 from pulsar_bruce.topics.manager import TopicManager
 
@@ -177,7 +179,7 @@ def test_sighup_recreates_only_the_producers_whose_schema_changed(
     async def test() -> None:
         configurator = TopicConfigurator(load_config({}, {}, str(stringly)))
         manager = TopicManager(FakePool(lookups_hang=True), Outcomes(Ledger()), configurator,
-                               LONG)  # fmt: skip
+                               LONG, TopicRegistry(configurator), Appender())  # fmt: skip
         orders, other = Topic(TOPIC), Topic("persistent://public/default/other")
         for topic in (orders, other):
             manager.apply_settings(topic)

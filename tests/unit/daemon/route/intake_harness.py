@@ -19,8 +19,8 @@ from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProdu
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.router import Topic
-from pulsar_bruce.route.topics import TopicRegistry
+from pulsar_bruce.route.registry import TopicRegistry
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.service.shutdown import keep_or_discard_the_rest
 from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.spool.spooler import Spooler
@@ -31,19 +31,18 @@ T = "persistent://public/default/t"
 
 
 class RecordingEvents:
-    """The appender's fake I/O edge: records every callback."""
+    """The appender's fake edge: what it wrote down, taken and kept."""
 
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, PartitionProducer]] = []
-
-    def batch_opened(self, producer: PartitionProducer) -> None:
-        self.calls.append(("batch_opened", producer))
-
-    def batch_sealed(self, producer: PartitionProducer) -> None:
-        self.calls.append(("batch_sealed", producer))
+    def __init__(self, appender: Appender) -> None:
+        self.appender = appender
+        self.opened: list[PartitionProducer] = []
+        self.sealed: list[PartitionProducer] = []
 
     def named(self, kind: str) -> list[PartitionProducer]:
-        return [producer for name, producer in self.calls if name == kind]
+        opened, sealed = self.appender.take_batches()
+        self.opened += opened
+        self.sealed += sealed
+        return {"batch_opened": self.opened, "batch_sealed": self.sealed}[kind]
 
 
 class FlakyStore(SpoolStore):
@@ -73,10 +72,10 @@ class Harness:
         rate_budget: int | None = None,
     ) -> None:
         self.ledger = Ledger()
-        self.events = RecordingEvents()
         self.added: list[Topic] = []
-        self.registry = TopicRegistry(self._topic_added)
-        self.appender = Appender(self.events)
+        self.registry = TopicRegistry(self)
+        self.appender = Appender()
+        self.events = RecordingEvents(self.appender)
         self.store = (
             FlakyStore(spool_dir, spool_max_bytes, fsync="never") if spool_dir is not None else None
         )
@@ -101,14 +100,22 @@ class Harness:
                 self.store,
                 self.policy,
                 self.intake,
-                broker_reachable=lambda: self.reachable,
-                after_replay=lambda: None,
+                brokers=self,
+                writer=self,
             )
             self.spooler.open()
         self._next_id = 1
 
-    def _topic_added(self, topic: Topic) -> None:
-        """What the topic manager does synchronously: apply the per-topic settings."""
+    @property
+    def connections(self) -> list[object]:
+        """The broker connections the spooler sees: one while ``reachable``."""
+        return [object()] if self.reachable else []
+
+    def flush_dirty(self) -> None:
+        """The topic manager's part after a replay (the recording edge takes the batches)."""
+
+    def apply(self, topic: Topic) -> None:
+        """What the registry has the configurator do for a new topic: its settings."""
         self.added.append(topic)
         if self.topic_max_message_bytes is not None:
             topic.max_message_bytes = self.topic_max_message_bytes
@@ -201,8 +208,7 @@ class Harness:
             self._next_id += 1
             producer.ready = ready
             producers.append(producer)
-        topic.partitioned = partitions > 0
-        topic.attach(producers)
+        topic.attach(producers, partitioned=partitions > 0)
         self.appender.route_waiting(topic)
         self.check()
         return producers

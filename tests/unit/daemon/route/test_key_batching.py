@@ -30,24 +30,13 @@ from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProdu
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.registry import TopicRegistry
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.route.topic_settings import TopicConfigurator
-from pulsar_bruce.route.topics import TopicRegistry
 from pulsar_bruce.spool.policy import SpoolPolicy
 from to_pulsar.encoding import encode_any_partition, encode_message_record
 
 T = "persistent://public/default/t"
-
-
-class Events:
-    def __init__(self) -> None:
-        self.sealed = 0
-
-    def batch_opened(self, producer: PartitionProducer) -> None:
-        pass
-
-    def batch_sealed(self, producer: PartitionProducer) -> None:
-        self.sealed += 1
 
 
 def producer_with(key_based: bool, **policy: int) -> PartitionProducer:
@@ -90,12 +79,11 @@ def frame_keys(producer: PartitionProducer) -> list[tuple[str | None, bool]]:
 
 def test_interleaved_keys_make_one_batch_per_key() -> None:
     """A, B, A, B, ...: two full batches, not one batch per message."""
-    events = Events()
     producer = producer_with(True, max_messages=10)
-    appender = Appender(events)
+    appender = Appender()
     for index in range(10):
         append(appender, producer, b"AB"[index % 2 :][:1], b"v")
-    assert events.sealed == 1  # the limit (10 messages in all) sealed both at once
+    assert len(appender.take_batches()[1]) == 1  # the limit (10 messages in all) sealed both
     batches = list(producer.pending)
     assert [keys_in(batch) for batch in batches] == [["A"] * 5, ["B"] * 5]
     assert sum(batch.buffer_bytes for batch in batches) == 10 * (len(b"\x12\x01A") + 1 + 21)
@@ -105,7 +93,7 @@ def test_interleaved_keys_make_one_batch_per_key() -> None:
 
 def test_key_batches_are_sealed_together_in_the_order_of_their_first_messages() -> None:
     producer = producer_with(True)
-    appender = Appender(Events())
+    appender = Appender()
     for key in (b"a", b"a", b"b", b"a", b"", b"", b"c"):
         append(appender, producer, key, b"v")
     assert producer.batch.count == 7 and not producer.pending
@@ -121,7 +109,7 @@ def test_keys_after_properties_batch_by_key_alone() -> None:
         assert key_part(field) == encode_key_field(b"k")
     assert key_part(properties) == b""
     producer = producer_with(True)
-    appender = Appender(Events())
+    appender = Appender()
     for field in (properties + encode_key_field(b"k"), encode_key_field(b"k"), properties):
         appender.append(producer, field, 0, b"v", 0, len(field) + 22, None)
     assert [batch.count for batch in sealed_all(producer)] == [2, 1]
@@ -129,7 +117,7 @@ def test_keys_after_properties_batch_by_key_alone() -> None:
 
 def test_without_the_option_keys_share_a_batch_that_carries_its_first_key() -> None:
     producer = producer_with(False)
-    appender = Appender(Events())
+    appender = Appender()
     for key in (b"a", b"b", b"a"):
         append(appender, producer, key, b"v")
     (batch,) = sealed_all(producer)
@@ -139,7 +127,7 @@ def test_without_the_option_keys_share_a_batch_that_carries_its_first_key() -> N
 
 def test_a_batch_whose_first_message_has_no_key_carries_none() -> None:
     producer = producer_with(False)
-    appender = Appender(Events())
+    appender = Appender()
     for key in (b"", b"b"):
         append(appender, producer, key, b"v")
     producer.seal()
@@ -147,19 +135,18 @@ def test_a_batch_whose_first_message_has_no_key_carries_none() -> None:
 
 
 def test_size_limits_apply_to_all_keys_together() -> None:
-    events = Events()
     producer = producer_with(True, max_messages=3)
-    appender = Appender(events)
+    appender = Appender()
     for key in (b"a", b"b", b"a", b"b", b"a"):
         append(appender, producer, key, b"v")
-    assert events.sealed == 1
+    assert len(appender.take_batches()[1]) == 1
     batches = sealed_all(producer)
     assert [keys_in(batch) for batch in batches] == [["a", "a"], ["b"], ["b"], ["a"]]
 
 
 def test_a_message_over_the_byte_limit_seals_every_key_first() -> None:
     producer = producer_with(True, max_bytes=100)
-    appender = Appender(Events())
+    appender = Appender()
     append(appender, producer, b"a", b"v")
     append(appender, producer, b"b", b"v")
     append(appender, producer, b"a", b"x" * 60)  # 24 + 24 + 84 > 100
@@ -169,7 +156,7 @@ def test_a_message_over_the_byte_limit_seals_every_key_first() -> None:
 
 def test_size_limits_still_seal_a_batch_of_one_key() -> None:
     producer = producer_with(True, max_messages=2)
-    appender = Appender(Events())
+    appender = Appender()
     for _ in range(5):
         append(appender, producer, b"k", b"v")
     batches = sealed_all(producer)
@@ -180,7 +167,7 @@ def test_size_limits_still_seal_a_batch_of_one_key() -> None:
 def test_a_policy_change_applies_from_the_next_batch() -> None:
     """Turning the option on or off leaves the open batch as it is until it is sealed."""
     producer = producer_with(False)
-    appender = Appender(Events())
+    appender = Appender()
     append(appender, producer, b"a", b"v")
     producer.set_policy(BatchPolicy(key_based=True))
     append(appender, producer, b"b", b"v")
@@ -195,7 +182,7 @@ def test_a_policy_change_applies_from_the_next_batch() -> None:
 
 def test_key_batches_keep_their_confirmation_tags() -> None:
     producer = producer_with(True)
-    appender = Appender(Events())
+    appender = Appender()
     stream = Confirmation(lambda: None)
     for key, tag in ((b"a", None), (b"b", stream), (b"a", stream), (b"b", None)):
         field = encode_key_field(key)
@@ -207,9 +194,9 @@ def test_key_batches_keep_their_confirmation_tags() -> None:
 
 def intake_with(producer: PartitionProducer) -> Intake:
     ledger = Ledger()
-    registry = TopicRegistry(lambda topic: None)
+    registry = TopicRegistry()
     intake = Intake(
-        registry, Appender(Events()), ledger, SpoolPolicy(ledger, 1 << 20), Outcomes(ledger),
+        registry, Appender(), ledger, SpoolPolicy(ledger, 1 << 20), Outcomes(ledger),
         max_message_bytes=1 << 16,
     )  # fmt: skip
     topic = registry.lookup(T.encode())
@@ -238,7 +225,7 @@ def test_the_intake_batches_interleaved_keys_apart() -> None:
 
 def test_the_batch_key_reaches_the_send_frames_metadata() -> None:
     producer = producer_with(True)
-    appender = Appender(Events())
+    appender = Appender()
     raw_key = b"\xff\x00bytes"
     for key in (b"user-1", raw_key, b""):
         append(appender, producer, key, b"v")
@@ -256,7 +243,7 @@ def test_the_batch_key_reaches_the_send_frames_metadata() -> None:
 
 def test_each_half_of_a_split_batch_carries_its_own_first_key() -> None:
     producer = producer_with(False)
-    appender = Appender(Events())
+    appender = Appender()
     for key in (b"k1", b"k1", b"k2", b"k2"):
         append(appender, producer, key, b"v")
     (batch,) = sealed_all(producer)
@@ -275,7 +262,7 @@ def test_a_batch_back_from_the_spool_carries_its_first_key() -> None:
     topic = Topic(T)
     topic.attach([producer_with(True)])
     spooled = SealedBatch(count=2, payload=entries, buffer_bytes=60)
-    Appender(Events()).queue_sealed(topic, 0, spooled)
+    Appender().queue_sealed(topic, 0, spooled)
     assert frame_keys(topic.producers[0]) == [(base64.b64encode(b"\xfe").decode(), True)]
 
 

@@ -21,9 +21,9 @@ from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.key_hash import HASHERS, java_string_hash, murmur3_hash
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.registry import TopicRegistry
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.route.topic_settings import TopicConfigurator
-from pulsar_bruce.route.topics import TopicRegistry
 from pulsar_bruce.spool.policy import SpoolPolicy
 from to_pulsar.encoding import encode_any_partition, encode_partition_key
 
@@ -55,20 +55,22 @@ def test_the_configurator_gives_a_topic_its_hash(tmp_path: Path) -> None:
 # -- routing through the intake ---------------------------------------------------------------
 
 
-class Events:
-    def batch_opened(self, producer: PartitionProducer) -> None:
-        pass
+class KeyRouted:
+    """A configurator that gives each new topic the key routing ``routing``."""
 
-    def batch_sealed(self, producer: PartitionProducer) -> None:
-        pass
+    def __init__(self, routing: KeyRouting):
+        self.routing = routing
+
+    def apply(self, topic: Topic) -> None:
+        topic.key_hash = HASHERS[self.routing]
 
 
 def intake_with(partitions: int, routing: KeyRouting) -> tuple[Intake, Topic]:
     ledger = Ledger()
-    registry = TopicRegistry(lambda topic: setattr(topic, "key_hash", HASHERS[routing]))
+    registry = TopicRegistry(KeyRouted(routing))
     intake = Intake(
         registry,
-        Appender(Events()),
+        Appender(),
         ledger,
         SpoolPolicy(ledger, 1 << 24, None, unreachable_after_s=10),
         Outcomes(ledger),
@@ -79,8 +81,7 @@ def intake_with(partitions: int, routing: KeyRouting) -> tuple[Intake, Topic]:
     for index in range(partitions):
         producer = PartitionProducer(f"{T}-partition-{index}", index, index + 1, BatchPolicy())
         producer.ready = True
-        topic.attach([producer])
-    topic.partitioned = partitions > 0
+        topic.attach([producer], partitioned=partitions > 0)
     return intake, topic
 
 

@@ -12,7 +12,7 @@ from pulsar_bruce.model.confirmation import Confirmation
 from pulsar_bruce.model.ledger import Ledger, memory_charge
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
 from pulsar_bruce.route.outcomes import REJECT_SAMPLE_BYTES, REJECT_SAMPLES, Outcomes
-from pulsar_bruce.route.router import Topic, WaitingMessage
+from pulsar_bruce.route.topic import Topic, WaitingMessage
 
 T = "persistent://public/default/t"
 VALUE = b"value"
@@ -85,7 +85,7 @@ class Setup:
         self.ledger.accept(CHARGE)
         if tag is not None:
             tag.outstanding += 1
-        self.topic.unrouted.append(WaitingMessage(b"", 0, VALUE, 0, -1, CHARGE, tag))
+        self.topic.wait(WaitingMessage(b"", 0, VALUE, 0, -1, CHARGE, tag))
 
     def check(self) -> None:
         assert self.ledger.identity_holds()
@@ -166,7 +166,7 @@ def test_discard_waiting_gives_up_messages_and_spooled_batches() -> None:
     s.waiting(tag)
     s.waiting()
     spooled = s.batch(None, None, None)
-    s.topic.unrouted_batches.append((0, spooled))
+    s.topic.wait_sealed(0, spooled)
     assert s.outcomes.discard_waiting(s.topic, reasons.BROKER_REJECTED) == 5
     s.check()
     assert (s.topic.unrouted, s.topic.unrouted_batches) == ([], [])

@@ -13,7 +13,7 @@ import pytest
 from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.service.shutdown import spool_records_of
 from pulsar_bruce.spool import records
 
@@ -24,11 +24,13 @@ def shared_pair() -> tuple[Topic, Topic, PartitionProducer]:
     """``t-partition-1`` addressed first (it owns the producer), then ``t`` with 2 partitions."""
     direct = Topic(f"{T}-partition-1")
     shared = PartitionProducer(f"{T}-partition-1", 0, 1, BatchPolicy())
-    direct.attach([shared])
+    direct.attach([shared], partitioned=False)
     parent = Topic(T)
-    parent.attach([PartitionProducer(f"{T}-partition-0", 0, 2, BatchPolicy()), shared])
-    parent.borrowed.add(shared.producer_id)
-    parent.partitioned = True
+    parent.attach(
+        [PartitionProducer(f"{T}-partition-0", 0, 2, BatchPolicy()), shared],
+        partitioned=True,
+        borrowed=[shared.producer_id],
+    )
     return direct, parent, shared
 
 

@@ -9,8 +9,8 @@ from pulsar_bruce.input.stream_session import API_KEY_FLUSH_REQUEST, encode_flus
 from pulsar_bruce.model.confirmation import Confirmation
 from pulsar_bruce.parse.producer_record import encode_producer_record
 from pulsar_bruce.producer.partition_producer import PartitionProducer
-from pulsar_bruce.route.router import Topic
 from pulsar_bruce.route.sequenced import SequencedSender
+from pulsar_bruce.route.topic import Topic
 from to_pulsar.encoding import encode_any_partition, encode_partition_key
 
 from tests.support.any_topic import to_any_topic
@@ -36,7 +36,7 @@ class SequencedHarness(Harness):
         producer = PartitionProducer(f"{topic.name}-partition-{partition}", partition, self._ids,
                                      self.batch_policy)  # fmt: skip
         producer.publish_as(name, first_sequence_id)
-        topic.sequenced.append(producer)
+        topic.add_sequenced(producer)
         return producer
 
     def retire_sequenced(self, producers: list[PartitionProducer]) -> None:

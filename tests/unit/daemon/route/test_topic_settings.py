@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pulsar_bruce.config import Config, ConfigError, load_config
 from pulsar_bruce.producer.partition_producer import PartitionProducer
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.route.topic_settings import TopicConfigurator
 
 FILE = """

@@ -17,18 +17,10 @@ from pulsar_bruce.frame.codec import FrameDecoder
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
 from pulsar_bruce.route.appender import Appender
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.spool import records
 
 T = "persistent://public/default/t"
-
-
-class Events:
-    def batch_opened(self, producer: PartitionProducer) -> None:
-        pass
-
-    def batch_sealed(self, producer: PartitionProducer) -> None:
-        pass
 
 
 def entries(count: int, tag: bytes = b"m") -> bytes:
@@ -89,7 +81,7 @@ def test_replayed_batches_keep_their_ids_in_order_and_new_ones_follow() -> None:
     (producer,) = topic.producers
     producer.batch.append(b"", 0, b"new", 0, 30)
     producer.seal()  # a new batch, not numbered yet, already waiting
-    appender = Appender(Events())
+    appender = Appender()
     appender.queue_sealed(topic, 0, spooled(10))
     appender.queue_sealed(topic, 0, spooled(12, count=3))
     # The broker had stored up to 11: the first replay is its duplicate, the second is new.
@@ -98,7 +90,7 @@ def test_replayed_batches_keep_their_ids_in_order_and_new_ones_follow() -> None:
 
 def test_a_replay_under_another_name_is_numbered_afresh() -> None:
     topic = topic_with_producer(name="edge-2")
-    Appender(Events()).queue_sealed(topic, 0, spooled(10))
+    Appender().queue_sealed(topic, 0, spooled(10))
     (producer,) = topic.producers
     assert producer.pending[0].sequence_id == -1
     assert sent_ids(producer, -1) == [(0, 1)]
@@ -106,7 +98,7 @@ def test_a_replay_under_another_name_is_numbered_afresh() -> None:
 
 def test_a_replay_is_numbered_afresh_when_the_broker_names_the_producer() -> None:
     topic = topic_with_producer(name=None, ours=False)
-    Appender(Events()).queue_sealed(topic, 0, spooled(10))
+    Appender().queue_sealed(topic, 0, spooled(10))
     assert topic.producers[0].pending[0].sequence_id == -1
 
 
@@ -118,7 +110,7 @@ def test_a_replay_behind_ids_already_used_is_numbered_afresh() -> None:
     producer.seal()
     assert sent_ids(producer, -1) == [(0, 19)]  # this run has sent 0..19 already
     assert producer.on_receipt(0)[0].name == "ACKED"
-    Appender(Events()).queue_sealed(topic, 0, spooled(10))
+    Appender().queue_sealed(topic, 0, spooled(10))
     assert sent_ids(producer, 19) == [(20, 21)]
 
 
@@ -132,8 +124,8 @@ def test_a_replay_after_registration_keeps_ids_the_broker_already_has() -> None:
     producer.batch.append(b"", 0, b"new", 0, 30)
     producer.seal()
     assert sent_ids(producer, 15) == [(16, 16)]  # this run's first batch
-    Appender(Events()).queue_sealed(topic, 0, spooled(10))  # stored by the last run
-    Appender(Events()).queue_sealed(topic, 0, spooled(16))  # reaches into this run's ids
+    Appender().queue_sealed(topic, 0, spooled(10))  # stored by the last run
+    Appender().queue_sealed(topic, 0, spooled(16))  # reaches into this run's ids
     assert [b.sequence_id for b in producer.pending] == [16, 10, -1]
 
 
@@ -144,7 +136,7 @@ def test_a_replayed_batch_goes_after_batches_already_numbered() -> None:
     producer.seal()
     assert sent_ids(producer, 4) == [(5, 5)]  # in flight, unconfirmed
     producer.on_disconnected()
-    Appender(Events()).queue_sealed(topic, 0, spooled(6))
+    Appender().queue_sealed(topic, 0, spooled(6))
     assert [b.sequence_id for b in producer.pending] == [5, 6]
 
 

@@ -60,21 +60,19 @@ def read_back(store: SpoolStore) -> list[bytes]:
 # -- memory ------------------------------------------------------------------------------------
 
 
-def test_room_for_counts_what_memory_holds() -> None:
+def test_the_room_left_counts_what_memory_holds() -> None:
     ledger = Ledger()
     policy = SpoolPolicy(ledger, CAP)
-    assert policy.room_for(CAP)
-    assert not policy.room_for(CAP + 1)
+    assert policy.room() == CAP
     ledger.accept(600)
-    assert policy.room_for(400)
-    assert not policy.room_for(401)
+    assert policy.room() == CAP - 600 == 400
 
 
 def test_nothing_goes_to_memory_while_the_spool_holds_messages(tmp_path: Path) -> None:
     policy = SpoolPolicy(Ledger(), CAP, open_store(tmp_path))
     assert spill(policy, b"first")
     assert policy.spilling
-    assert not policy.room_for(0)  # in order: new messages queue behind the spooled ones
+    assert policy.room() < 0  # in order: new messages queue behind the spooled ones
 
 
 def test_without_a_spool_nothing_is_held() -> None:
@@ -238,7 +236,7 @@ def test_the_spool_drained_means_memory_again(
         assert policy.replay_room() == 0
     assert not policy.spilling
     assert "spool drained" in caplog.text
-    assert policy.room_for(1)
+    assert policy.room() > 0
 
 
 def test_an_empty_spool_with_held_datagrams_keeps_spilling(tmp_path: Path) -> None:

@@ -67,12 +67,18 @@ class Rig:
             self.store,
             self.policy,
             self.replayer,
-            broker_reachable=lambda: self.reachable,
-            after_replay=self._after_replay,
+            brokers=self,
+            writer=self,
         )
         self.spooler.open()
 
-    def _after_replay(self) -> None:
+    @property
+    def connections(self) -> list[object]:
+        """The broker connections the spooler sees: one while ``reachable``."""
+        return [object()] if self.reachable else []
+
+    def flush_dirty(self) -> None:
+        """The topic manager's part after a replay: counted."""
         self.replays += 1
 
     def spill(self, *datagrams: bytes) -> None:
@@ -440,7 +446,7 @@ def test_a_write_cut_short_by_a_full_disk_is_undone_and_goes_to_the_discard_log(
 ) -> None:
     refused: list[tuple[str, bytes]] = []
     rig = full_rig(tmp_path)
-    rig.policy.refused = lambda reason, data: refused.append((reason, data))
+    rig.policy.refusals = Refused(refused)
     rig.spill(b"d1", b"d2", b"d3")
     real_write, writes = os.write, [0]
 
@@ -516,7 +522,7 @@ def test_memory_takes_what_a_full_disk_refuses_up_to_its_cap_the_rest_is_buffer_
 ) -> None:
     refused: list[tuple[str, bytes]] = []
     rig = Rig(tmp_path, into_memory=True)
-    rig.policy.refused = lambda reason, data: refused.append((reason, data))
+    rig.policy.refusals = Refused(refused)
     rig.ledger.accept(CAP - 150)  # room for one 100-byte datagram
     FullDisk(tmp_path, monkeypatch)
     rig.spill(b"1" * 100, b"2" * 100, b"3" * 100)
@@ -553,3 +559,13 @@ def test_the_replay_goes_on_at_full_speed_while_the_cursor_cannot_be_saved(
     rig.spooler.tick(NOW)
     assert (tmp_path / "cursor").exists() or not rig.store.segment_names()
     assert rig.datagrams == [(b"a1", True), (b"a2", True), (b"a3", True)]
+
+
+class Refused:
+    """The policy's refusals, written down."""
+
+    def __init__(self, into: list[tuple[str, bytes]]):
+        self.into = into
+
+    def refused(self, reason: str, data: bytes, *, sample: bool, size: int | None = None) -> None:
+        self.into.append((reason, data))

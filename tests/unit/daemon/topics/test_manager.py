@@ -20,9 +20,11 @@ from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.parse.topic import partition_name
 from pulsar_bruce.producer.delivery import DeliveryPolicy
 from pulsar_bruce.producer.driver import ProducerDriver
+from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.outcomes import Outcomes
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.registry import TopicRegistry
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.route.topic_settings import TopicConfigurator
 from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.topics.manager import TopicManager
@@ -40,11 +42,14 @@ class Rig:
         config = config or Config()
         self.pool = FakePool(lookups_hang=True)
         self.ledger = Ledger()
+        settings = TopicConfigurator(config)
         self.manager = TopicManager(
             self.pool,
             Outcomes(self.ledger),
-            TopicConfigurator(config),
+            settings,
             DeliveryPolicy(),
+            TopicRegistry(settings),
+            Appender(),
             metadata_refresh_s=metadata_refresh_s,
         )
         self.intake = Intake(
@@ -57,8 +62,10 @@ class Rig:
         )
 
     def send(self, *datagrams: bytes) -> None:
+        """A drain: the datagrams admitted, then what they did taken (``Pipeline.after_drain``)."""
         for datagram in datagrams:
             assert self.intake.admit(datagram)
+        self.manager.flush_dirty()
         assert self.ledger.identity_holds()
 
     def topic(self, name: str = T) -> Topic:
@@ -230,7 +237,7 @@ def test_flush_dirty_writes_each_sealed_drivers_batches_once(
         monkeypatch.setattr(ProducerDriver, "flush", flush)
         # Two batches fill on partition 0 and one on partition 1 during this "drain".
         for key in (0, 0, 0, 1, 1):
-            rig.send(encode_partition_key(key, "t", b"v"))
+            assert rig.intake.admit(encode_partition_key(key, "t", b"v"))
         assert [len(p.pending) for p in topic.producers] == [2, 1]
         assert flushes == []  # nothing is written per message
         rig.manager.flush_dirty()
@@ -238,5 +245,28 @@ def test_flush_dirty_writes_each_sealed_drivers_batches_once(
         rig.manager.flush_dirty()  # nothing sealed since
         assert sorted(flushes) == [0, 1]
         await rig.manager.stop()
+
+    run(test)
+
+
+def test_the_drivers_are_given_the_managers_clocks() -> None:
+    async def test() -> None:
+        settings = TopicConfigurator(Config())
+
+        def clock() -> float:
+            return 5.0
+
+        def wall_ms() -> int:
+            return 7
+
+        manager = TopicManager(
+            FakePool(lookups_hang=True), Outcomes(Ledger()), settings, DeliveryPolicy(),
+            TopicRegistry(settings), Appender(), clock=clock, wall_ms=wall_ms,
+        )  # fmt: skip
+        manager.grow(Topic(T), 0)
+        (driver,) = manager.drivers.values()
+        assert driver.clock is clock and driver.wall_ms is wall_ms
+        assert driver.send_timeout._now is clock
+        await manager.stop()
 
     run(test)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic import Topic
 
 NAME = "persistent://public/default/t"
 
@@ -14,8 +14,7 @@ def make_topic(partitions: int, ready: bool = True, available: bool = True) -> T
         producer = PartitionProducer(f"{NAME}-partition-{index}", index, index + 1, BatchPolicy())
         producer.ready = ready
         producer.available = available
-        topic.attach([producer])
-    topic.partitioned = partitions > 1
+        topic.attach([producer], partitioned=partitions > 1)
     return topic
 
 

@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from typing import Protocol
 
 from pulsar_bruce.parse.topic import normalize_topic
-from pulsar_bruce.route.router import Topic
+from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.route.topic_state import TopicState
 
 #: Bad topic names remembered (so a flood of them costs one dict lookup each), at most.
 _BAD_TOPIC_CACHE_LIMIT = 1024
 
 
-class TopicRegistry:
-    """Creates each topic once; ``t`` and ``persistent://public/default/t`` share one."""
+class Configurator(Protocol):
+    """Sets a topic's limits from the configuration (``route/topic_settings.py``)."""
 
-    def __init__(self, on_added: Callable[[Topic], None]):
+    def apply(self, topic: Topic, /) -> object: ...
+
+
+class TopicRegistry:
+    """Creates each topic once; ``t`` and ``persistent://public/default/t`` share one.
+
+    A new topic gets its per-topic settings at once (``configurator``: before its first
+    message is checked) and is written down; the edge takes the new ones
+    (:meth:`take_added`) to look their partitions up.
+    """
+
+    def __init__(self, configurator: Configurator | None = None):
         #: Keyed by the topic bytes exactly as senders write them (the hot path's lookup).
         self.by_bytes: dict[bytes, Topic] = {}
         #: The same keys, to each topic's :attr:`Topic.state`: what the compiled intake
@@ -23,7 +35,8 @@ class TopicRegistry:
         self.states: dict[bytes, TopicState] = {}
         #: Keyed by full Pulsar name.
         self.by_name: dict[str, Topic] = {}
-        self._on_added = on_added
+        self._configurator = configurator
+        self._added: list[Topic] = []
         self._bad: set[bytes] = set()
 
     def __iter__(self) -> Iterator[Topic]:
@@ -31,6 +44,11 @@ class TopicRegistry:
 
     def __len__(self) -> int:
         return len(self.by_name)
+
+    def take_added(self) -> list[Topic]:
+        """The topics created since the last call, in order."""
+        added, self._added = self._added, []
+        return added
 
     def lookup(self, topic_bytes: bytes) -> Topic | None:
         return self.by_bytes.get(topic_bytes) or self.add(topic_bytes)
@@ -49,7 +67,9 @@ class TopicRegistry:
         if topic is None:
             topic = Topic(name)
             self.by_name[name] = topic
-            self._on_added(topic)
+            if self._configurator is not None:
+                self._configurator.apply(topic)
+            self._added.append(topic)
         self.by_bytes[topic_bytes] = topic
         self.states[topic_bytes] = topic.state
         return topic
