@@ -177,7 +177,7 @@ class _LedgerCollector:
                 "have saved an eighth, or they followed one that did not",
                 sum(
                     producer.compression_tries.uncompressed
-                    for topic in self._topics()
+                    for topic in self._topics
                     for producer in topic.producers
                 ),
             )
