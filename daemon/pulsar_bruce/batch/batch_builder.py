@@ -226,10 +226,7 @@ def split_batch(batch: SealedBatch, at: int = 0) -> tuple[SealedBatch, SealedBat
     # Journalled as new batches, which replace the journalled one (a half split again
     # replaces what its whole replaced).
     first.replaces = rest.replaces = batch.journal.item if batch.journal else batch.replaces
-    if batch.sequence_id >= 0:  # ids kept from the spool stay with their messages
-        first.sequence_id, rest.sequence_id = batch.sequence_id, batch.sequence_id + half
-        first.producer_name = rest.producer_name = batch.producer_name
-    return first, rest
+    return first, rest  # unnumbered: the queue hands them the whole's ids (``BatchQueue``)
 
 
 def batch_entries_of(batch: SealedBatch) -> bytes:

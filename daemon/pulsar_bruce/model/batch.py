@@ -90,11 +90,10 @@ class SealedBatch:
         self.send_attempts, self.refused_writes = whole.send_attempts, whole.refused_writes
         self.failed_sends, self.stored_before = whole.failed_sends, whole.stored_before
 
-    def renumbered(self) -> None:
-        """It goes under new ids: no write under them yet; what it may be stored as before
-        is remembered (``stored_before``)."""
+    def forget_writes(self) -> None:
+        """It goes under new ids (``BatchQueue`` gives them): no write under them yet; what it
+        may be stored as before is remembered (``stored_before``)."""
         self.stored_before = self.may_be_stored
-        self.sequence_id, self.producer_name = -1, ""
         self.send_attempts = self.refused_writes = 0
 
     @property

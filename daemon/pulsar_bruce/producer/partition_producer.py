@@ -295,28 +295,25 @@ class PartitionProducer:
                 queue.split_stored(index)
                 batch = pending[index]
             if not batch.frame:  # first send (a batch from the spool may keep its ids)
-                fresh, first_id = batch.sequence_id < 0, queue.id_for(batch)
+                queue.assign(batch)
                 try:
                     if batch.count == 1 and (
                         len(batch.payload) > limit or is_delayed(batch.payload, 4)
                     ):  # too large for a batch, or delayed: never batched
-                        framed = frame_single(self, batch, first_id, publish_time_ms,
-                                              max_frame_size)  # fmt: skip
+                        framed = frame_single(self, batch, publish_time_ms, max_frame_size)
                     else:
-                        framed = frame_batch(self, batch, first_id, publish_time_ms, limit)
+                        framed = frame_batch(self, batch, publish_time_ms, limit)
                         if not framed and batch.count > 1:
                             queue.split(index)
                             continue
                         if not framed:
-                            framed = frame_single(self, batch, first_id, publish_time_ms,
-                                                  max_frame_size)  # fmt: skip
+                            framed = frame_single(self, batch, publish_time_ms, max_frame_size)
                 except EncryptionError:  # discarded, never sent in plaintext instead
                     out.rejected.append((queue.remove_unsent(index), reasons.ENCRYPTION_FAILED))
                     continue
                 if not framed:
                     out.rejected.append((queue.remove_unsent(index), reasons.TOO_LARGE))
                     continue
-                queue.numbered(batch, fresh)
             elif batch.send_attempts:
                 if max_attempts and batch.failed_sends >= max_attempts:
                     why = reasons.given_up(reasons.RETRIES_EXHAUSTED, batch)

@@ -21,6 +21,7 @@ batch lost unanswered with its connection may be stored.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 
 from pulsar_bruce import reasons
 from pulsar_bruce.batch.batch_builder import unframe
@@ -68,6 +69,8 @@ class Refusals:
         place until the batches written after it are answered (:meth:`release`), then
         ``replacement`` (itself, or its halves, each message under its id) goes in its place."""
         assert batch.replacement is None and self.in_flight_batch(batch.sequence_id) is batch
+        if replacement != [batch]:
+            self._keep_ids(batch, replacement)
         batch.replacement = replacement
         batch.receipts += 1  # the refusal answers one of its frames (of a message in chunks)
         self._refused += 1
@@ -95,7 +98,7 @@ class Refusals:
                     if part.may_be_stored:
                         self.possibly_stored.append(part)
                     unframe(part)
-                    part.renumbered()
+                    self._take_ids_back(part)
                 renumbered += parts
             else:
                 why = reasons.BROKER_REJECTED if parts == [batch] else reasons.TOO_LARGE
@@ -106,6 +109,23 @@ class Refusals:
         for part in reversed(renumbered):
             pending.insert(at, part)
         self._in_flight, self._stored_top = 0, -1
+
+    @staticmethod
+    def _keep_ids(whole: SealedBatch, parts: Iterable[SealedBatch]) -> None:
+        """``parts`` of ``whole``, in order: each message keeps its id (none if it has none)."""
+        if whole.sequence_id < 0:
+            return
+        next_id = whole.sequence_id
+        for part in parts:
+            part.sequence_id, part.producer_name = next_id, whole.producer_name
+            next_id += part.count
+
+    @staticmethod
+    def _take_ids_back(batch: SealedBatch) -> None:
+        """``batch`` goes under new ids (the next ones, when it is framed): no write under
+        them yet; what it may be stored as before is remembered (``stored_before``)."""
+        batch.forget_writes()
+        batch.sequence_id, batch.producer_name = -1, ""
 
     def _acked(self, index: int) -> SealedBatch:
         """A receipt took ``pending[index]``: while a refused batch waits, its ids may be stored
