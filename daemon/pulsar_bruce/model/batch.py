@@ -2,33 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pulsar_bruce.model.confirmation import TagRun
-
-
-@dataclass(slots=True, eq=False)
-class JournalEntry:
-    """What the write-ahead journal (``spool/journal.py``) holds of one batch.
-
-    Kept on the batch (open or sealed) so that the journal's work per batch is a
-    few attribute reads, never a lookup per message.
-    """
-
-    #: The batch's number in the journal's records (unique across restarts).
-    item: int
-    #: Where its messages go: the topic senders named and the partition.
-    topic: bytes
-    partition: int
-    #: Bytes and messages of the entries journalled so far.
-    journalled_bytes: int = 0
-    journalled_count: int = 0
-    #: The sequence id last journalled for it (-1: none; it was not sent), and the producer
-    #: name it belongs to.
-    numbered: int = -1
-    sent_as: str = ""
-    #: Journal segments holding its records (it pins them until it is settled).
-    segments: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True, eq=False)
@@ -65,10 +41,6 @@ class SealedBatch:
     #: acknowledged by its own receipt; ``receipts`` counts them on the current connection.
     frames: int = 1
     receipts: int = 0
-    #: What the write-ahead journal holds of it (None: nothing yet, or no journal).
-    journal: JournalEntry | None = None
-    #: A half of a split batch: the journal item of the batch it replaces (-1: none).
-    replaces: int = -1
     #: Writes under its current ids that the broker answered with a ``SendError``: each
     #: stored nothing.  ``send_attempts - refused_writes`` writes have an unknown outcome.
     refused_writes: int = 0

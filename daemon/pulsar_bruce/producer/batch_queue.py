@@ -58,6 +58,7 @@ class BatchQueue(Refusals):
         "_issued_from",
         "_next_id",
         "_pending",
+        "_queued",
         "_stored_up_to",
         "sender",
     )
@@ -77,6 +78,9 @@ class BatchQueue(Refusals):
         #: The batch :meth:`assign` last gave new ids, with ``_next_id`` and ``_issued_from``
         #: from before: given back if it is split or taken out before it is framed.
         self._fresh: tuple[SealedBatch, int, int] | None = None
+        #: Batches queued since the last framing (:meth:`written`) or :meth:`take_queued`,
+        #: each with the open batch it was sealed from (None: a replay).
+        self._queued: list[tuple[SealedBatch, BatchBuilder | None]] = []
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -112,6 +116,13 @@ class BatchQueue(Refusals):
             return self.releasable
         return len(self._pending) > self._in_flight or bool(self.failed_back)
 
+    def take_queued(self) -> list[tuple[SealedBatch, BatchBuilder | None]]:
+        """The batches queued since the last framing or the last take, in order, each with the
+        open batch it was sealed from (None: a replay): what the write-ahead journal must
+        hold before they are framed (``spool/journal.py``)."""
+        queued, self._queued = self._queued, []
+        return queued
+
     # -- queueing ---------------------------------------------------------------------------
 
     def number_from(self, sender: str, first_id: int) -> None:
@@ -123,8 +134,10 @@ class BatchQueue(Refusals):
         batches queued, numbered now for a sender (in message order, ``exactly_once.py``)."""
         pending = self._pending
         queued = len(pending)
+        sources = [builder] if builder.keys is None else list(builder.keys.values())
         builder.seal_into(pending)
         sealed = list(itertools.islice(pending, queued, None))
+        self._queued += zip(sealed, sources, strict=True)
         sender = self.sender
         if sender is not None:
             for batch in sealed:
@@ -146,6 +159,7 @@ class BatchQueue(Refusals):
         batches journalled before them), and the next ids start after it.
         """
         pending = self._pending
+        self._queued.append((batch, None))
         if batch.sequence_id < 0:
             pending.append(batch)
             return
@@ -268,6 +282,7 @@ class BatchQueue(Refusals):
         """Every pending batch is written on the current connection."""
         self._in_flight = len(self._pending)
         self._fresh = None
+        self._queued.clear()  # the journal took them before framing, if there is one
 
     # -- answers ----------------------------------------------------------------------------
 
@@ -334,6 +349,7 @@ class BatchQueue(Refusals):
         """Remove every batch (to discard or spool it)."""
         batches = [batch for batch, _ in self.failed_back] + list(self._pending)
         self._pending.clear()
+        self._queued.clear()
         self.failed_back.clear()
         self.possibly_stored.clear()
         self._in_flight = self._refused = 0

@@ -43,8 +43,9 @@ class SendJournal(Protocol):
     def sync_producer(self, producer: Any) -> None:
         """Journal what ``producer`` queued (before it is framed)."""
 
-    def sent(self, producer: Any, batches: list[SealedBatch]) -> None:
-        """Journal the sequence ids ``batches`` go under (before they are written)."""
+    def sent(self, producer: Any, out: Any) -> None:
+        """Journal the sequence ids ``out``'s batches go under (before they are written);
+        parts of a batch split (``Outgoing.split_from``) replace it."""
 
     def refused(self, producer: Any, batch: SealedBatch) -> None:
         """Journal, at once, that the broker refused ``batch``: a replay must not go under
@@ -58,7 +59,7 @@ class Unjournalled:
     def sync_producer(self, producer: Any) -> None:
         pass
 
-    def sent(self, producer: Any, batches: list[SealedBatch]) -> None:
+    def sent(self, producer: Any, out: Any) -> None:
         pass
 
     def refused(self, producer: Any, batch: SealedBatch) -> None:

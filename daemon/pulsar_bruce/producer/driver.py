@@ -319,6 +319,7 @@ class ProducerDriver(Recreation, BrokerAnswers):
             connection.core.max_message_size,
             self.delivery.max_send_attempts,
         )
+        journal.sent(self.producer, out)  # before a part is settled
         if out.possibly_stored:
             self.listener.batches_possibly_stored(out.possibly_stored)
         for batch, reason in out.rejected:
@@ -330,7 +331,6 @@ class ProducerDriver(Recreation, BrokerAnswers):
         for batch in out.batches:
             batch.sent_at = now
         self.listener.batches_sent(out.batches, out.resent_messages)
-        journal.sent(self.producer, out.batches)
         connection.writelines(out.frames)
         if self._receipt_check is None and self.producer.in_flight:
             self._receipt_check = self._loop.call_later(

@@ -42,8 +42,6 @@ def halves_for_topic_limit(batch: SealedBatch) -> tuple[int, list[SealedBatch]]:
         buffer_bytes=batch.buffer_bytes,
         tags=batch.tags,
         created_at=batch.created_at,
-        journal=batch.journal,
-        replaces=batch.replaces,
     )
     whole.inherit(batch)  # an earlier write may be stored: its halves' -1:-1 is our copy
     first, rest = split_batch(whole)

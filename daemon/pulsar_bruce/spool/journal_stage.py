@@ -13,7 +13,7 @@ from typing import Protocol
 
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.producer.delivery import Unjournalled
-from pulsar_bruce.producer.partition_producer import PartitionProducer
+from pulsar_bruce.producer.partition_producer import Outgoing, PartitionProducer
 from pulsar_bruce.spool.journal import WaitingTopic
 from pulsar_bruce.spool.journal_records import Recovered
 
@@ -50,8 +50,9 @@ class JournalStage(Protocol):
     def sync_producer(self, producer: PartitionProducer) -> None:
         """Write what ``producer`` queued, before it is framed."""
 
-    def sent(self, producer: PartitionProducer, batches: list[SealedBatch]) -> None:
-        """Write the sequence ids ``batches`` go under, before they are written."""
+    def sent(self, producer: PartitionProducer, out: Outgoing) -> None:
+        """Write the sequence ids ``out``'s batches go under, before they are written (parts
+        of a batch split replace it)."""
 
     def refused(self, producer: PartitionProducer, batch: SealedBatch) -> None:
         """Write that ``batch`` no longer holds its ids (the broker refused it)."""

@@ -165,11 +165,11 @@ class Process(BrokerAnswers):
             return
         self.journal.sync_producer(producer)
         out = producer.frames_to_send(1, self.max_frame, self.max_attempts)
+        self.journal.sent(producer, out)
         if out.possibly_stored:
             self.outcomes.batches_possibly_stored(out.possibly_stored)
         for batch, reason in out.rejected:
             self.listener.batch_discarded(batch, reason)
-        self.journal.sent(producer, out.batches)
         decoder = FrameDecoder()
         for frame in out.frames:
             for send in decoder.feed(frame):
