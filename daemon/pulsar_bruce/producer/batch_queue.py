@@ -343,6 +343,9 @@ class BatchQueue(Refusals):
             if batch.replacement is not None:
                 batch.replacement = None
                 self._refused -= 1
+        if expired and self._queued:  # not held on to (unsent while the broker is away)
+            gone = set(map(id, expired))
+            self._queued = [pair for pair in self._queued if id(pair[0]) not in gone]
         return expired
 
     def take_all(self) -> list[SealedBatch]:
