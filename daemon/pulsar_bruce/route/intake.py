@@ -282,9 +282,9 @@ class Intake:
             sequence_id=spooled.sequence_id if kept else -1,
             producer_name=spooled.producer_name if kept else "",
         )
-        # Sent before, or refused after a write that may be stored (a name without ids):
-        # new ids cannot be dropped as duplicates of that copy.
-        batch.stored_before = bool(spooled.producer_name) and spooled.sequence_id < 0
+        # Sent before, or refused after a write that may be stored: new ids cannot be
+        # dropped as duplicates of that copy.
+        batch.stored_before = spooled.stored_before
         self.ledger.readmit(spooled.count, charge)
         if spooled.sequence_id >= 0 or batch.stored_before:  # the broker may have it already
             self.ledger.possible_duplicate(spooled.count)

@@ -53,7 +53,7 @@ class JournalEntry:
     #: name it belongs to.
     numbered: int = -1
     sent_as: str = ""
-    #: Journalled as possibly stored already without ids to go under (``refused``).
+    #: Journalled without ids, as possibly stored already (``refused``, a replay).
     stored_before: bool = False
     #: Journal segments holding its records (it pins them until it is settled).
     segments: list[int] = field(default_factory=list)
@@ -226,7 +226,7 @@ class Journal:
 
     def refused(self, producer: PartitionProducer, batch: SealedBatch) -> None:
         """The broker refused ``batch`` while later batches may be stored: a replay takes new
-        ids (the record's id -1; the producer name kept when an earlier write of it may be
+        ids (the record's id -1; flagged ``stored_before`` when an earlier write of it may be
         stored, so the replay counts as a possible duplicate).  Written at once: a crash
         before the next write would replay it under ids the broker takes for duplicates.
         Its ``replacement`` parts (halves for the topic's size limit) replace it."""
@@ -239,9 +239,9 @@ class Journal:
         if entry is None or entry.numbered < 0:
             return
         where = self._where.get(producer.producer_id, (producer.topic.encode(), 0))
-        name = entry.sent_as if batch.may_be_stored else ""
-        self._out.append(jr.number(entry.item, -1, where[1], name))
-        entry.numbered, entry.sent_as = -1, name
+        stored = batch.may_be_stored
+        self._out.append(jr.number(entry.item, -1, where[1], "", stored_before=stored))
+        entry.numbered, entry.sent_as, entry.stored_before = -1, "", stored
         self._write()
 
     def settled(self, batch: SealedBatch) -> None:
@@ -314,10 +314,10 @@ class Journal:
                 jr.number(entry.item, batch.sequence_id, entry.partition, batch.producer_name)
             )  # ids kept from the spool or an earlier journal
             entry.numbered, entry.sent_as = batch.sequence_id, batch.producer_name
-        elif batch.sequence_id < 0 and batch.stored_before and not entry.sent_as:
-            name = "?"  # no ids, but a name: an earlier copy may be stored (see ``refused``)
-            self._out.append(jr.number(entry.item, -1, entry.partition, name))
-            entry.sent_as = name
+        elif batch.sequence_id < 0 and batch.stored_before and not entry.stored_before:
+            # no ids, but an earlier copy may be stored (see ``refused``)
+            self._out.append(jr.number(entry.item, -1, entry.partition, "", stored_before=True))
+            entry.stored_before = True
 
     def _journal_whole(self, batch: SealedBatch, where: tuple[bytes, int]) -> JournalEntry:
         entry = self._new_entry(batch, *where)
@@ -437,6 +437,8 @@ class Journal:
             self._piece(entry, data, count)
             if entry.numbered >= 0:
                 self._out.append(jr.number(item, entry.numbered, entry.partition, entry.sent_as))
+            elif entry.stored_before:
+                self._out.append(jr.number(item, -1, entry.partition, "", stored_before=True))
         for topic, group in list(self._waiting.items()):
             if group.journal is None and topic.unrouted:
                 self._sync_waiting(topic, group)

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from pulsar_bruce.batch.batch_builder import entry_offsets
+from pulsar_bruce.batch.batch_builder import BatchBuilder, entry_offsets
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
 from pulsar_bruce.spool import journal_files
@@ -127,8 +127,9 @@ def test_settled_batches_do_not_come_back_and_free_their_segments(tmp_path: Path
     assert len(list(tmp_path.glob("journal-*.log"))) <= 3  # batch 19's (two at most), the active
 
 
-def test_a_stuck_batch_is_copied_forward_and_the_journal_stays_bounded(tmp_path: Path) -> None:
-    journal, _ = start(tmp_path, segment_bytes=300, max_segments=3)
+def stuck_and_busy(directory: Path) -> tuple[Journal, PartitionProducer, PartitionProducer]:
+    """Small segments; partition 0 has one batch sent, never acknowledged; partition 1 none."""
+    journal, _ = start(directory, segment_bytes=300, max_segments=3)
     stuck, busy = producer(0), producer(1)
     journal.producer_added(stuck, "t", 0)
     journal.producer_added(busy, "t", 1)
@@ -138,7 +139,13 @@ def test_a_stuck_batch_is_copied_forward_and_the_journal_stays_bounded(tmp_path:
     stuck.seal()
     stuck.on_registered("P-host-abc123", -1)
     journal.sync_producer(stuck)
-    journal.sent(stuck, stuck.frames_to_send(1))  # sent, never acknowledged
+    journal.sent(stuck, stuck.frames_to_send(1))
+    return journal, stuck, busy
+
+
+def keep_busy(journal: Journal, busy: PartitionProducer) -> None:
+    """Many batches journalled and settled: the journal rotates, copies the stuck batch forward
+    and deletes old segments."""
     for round_ in range(60):
         journal.touched(busy)
         add(busy, b"y" * 80, str(round_).encode())
@@ -146,6 +153,11 @@ def test_a_stuck_batch_is_copied_forward_and_the_journal_stays_bounded(tmp_path:
         journal.sync()
         journal.settled(busy.pending.pop())
         journal.tick()
+
+
+def test_a_stuck_batch_is_copied_forward_and_the_journal_stays_bounded(tmp_path: Path) -> None:
+    journal, _, busy = stuck_and_busy(tmp_path)
+    keep_busy(journal, busy)
     assert len(list(tmp_path.glob("journal-*.log"))) <= 4
     back = crash_and_recover(tmp_path)
     assert [(b.partition, b.count, b.sequence_id, b.producer_name) for b in back.batches] == [
@@ -321,3 +333,43 @@ def test_a_failed_write_is_retried_with_the_next_one(
     back = crash_and_recover(tmp_path)
     assert [values_of(b.entries) for b in back.batches] == [[b"first", b"second"]]
     assert journal.stopped is None
+
+
+def test_a_refused_batch_an_earlier_write_of_which_may_be_stored_keeps_that_mark(
+    tmp_path: Path,
+) -> None:
+    """Refused, it goes under new ids; its replay after a crash is a possible duplicate, also
+    once its records were copied forward (the mark went with them; it did not before)."""
+    journal, stuck, busy = stuck_and_busy(tmp_path)
+    (batch,) = stuck.pending
+    batch.stored_before = True  # (an earlier run's write, say)
+    batch.refused_writes += 1
+    stuck.refuse(batch, [batch])
+    journal.refused(stuck, batch)
+    back = crash_and_recover(tmp_path)
+    assert [(b.sequence_id, b.producer_name, b.stored_before) for b in back.batches] == [
+        (-1, "", True)
+    ]
+    keep_busy(journal, busy)
+    assert len(list(tmp_path.glob("journal-*.log"))) <= 4  # copied forward
+    back = crash_and_recover(tmp_path)
+    assert [(b.sequence_id, b.producer_name, b.stored_before) for b in back.batches] == [
+        (-1, "", True)
+    ]
+
+
+@pytest.mark.parametrize("name", ["?", "P-host-abc123"])
+def test_a_journal_from_before_the_flag_marks_it_with_a_name_without_ids(name: str) -> None:
+    one = BatchBuilder()
+    one.append(b"", 0, b"m", 0, 41)
+    old = [
+        jr.piece(7, 0, 1, b"t", 0, one.take()),
+        jr.number(7, 12, 0, "P-host-abc123"),
+        jr.number(7, -1, 0, name),  # refused, an earlier write of it may be stored
+    ]
+    (back,) = jr.recover([b"".join(old)]).batches
+    assert (back.sequence_id, back.producer_name, back.stored_before) == (-1, "", True)
+    flagged = [old[0], jr.number(7, -1, 0, "", stored_before=True)]
+    assert jr.recover([b"".join(flagged)]).batches == [back]
+    unmarked = [old[0], jr.number(7, -1, 0, "")]
+    assert not jr.recover([b"".join(unmarked)]).batches[0].stored_before
