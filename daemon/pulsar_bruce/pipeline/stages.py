@@ -119,7 +119,6 @@ def spooler_stage(
     intake: Intake,
     pool: ConnectionPool,
     topics: TopicManager,
-    journal: JournalStage,
 ) -> Spooler | None:
     """The spool's replay and durability ticks (with a spool): replayed messages are
     admitted again, the way new ones are."""
@@ -131,5 +130,4 @@ def spooler_stage(
         intake,
         broker_reachable=lambda: bool(pool.connections),
         after_replay=topics.flush_dirty,
-        journal=journal,
     )

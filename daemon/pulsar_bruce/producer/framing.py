@@ -1,11 +1,12 @@
-"""A batch's Send frames, made once when it is first sent: ids, compression, encryption.
+"""A batch's Send frames, made once when it is first sent: compression, encryption, metadata.
 
 Kept apart from :mod:`.partition_producer` (which decides *when* a batch is framed)
 because this is the one place that decides *what* goes on the wire for a batch:
-its sequence ids (each entry its own), its compression, its end-to-end
-encryption, and its metadata; or, for a batch of one message that must go on its
-own (too large for a batch frame, or delayed), a non-batched message, in chunks
-when it is larger than a frame.  Sans-IO.
+its sequence ids stamped on each entry (the ids themselves are the queue's:
+``BatchQueue.assign`` gives them before framing, which only reads them), its
+compression, its end-to-end encryption, and its metadata; or, for a batch of
+one message that must go on its own (too large for a batch frame, or delayed),
+a non-batched message, in chunks when it is larger than a frame.  Sans-IO.
 """
 
 from __future__ import annotations

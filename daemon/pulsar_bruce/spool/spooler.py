@@ -21,7 +21,6 @@ from collections.abc import Callable
 from typing import Protocol
 
 from pulsar_bruce.spool import records
-from pulsar_bruce.spool.journal_stage import NO_JOURNAL, JournalStage
 from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.spool.records import SpooledBatch
 from pulsar_bruce.spool.store import SpoolStore
@@ -56,14 +55,12 @@ class Spooler:
         *,
         broker_reachable: Callable[[], bool],
         after_replay: Callable[[], None],
-        journal: JournalStage = NO_JOURNAL,
     ):
         self.store = store
         self.policy = policy
         self.replayer = replayer
         self._broker_reachable = broker_reachable
         self._after_replay = after_replay
-        self.journal = journal
         #: Where the disk refuses a write, memory keeps what it has room for.
         self._into_memory = functools.partial(replayer.replay_datagram, previous_run=False)
         self._previous_run_segments: set[str] = set()
@@ -92,7 +89,6 @@ class Spooler:
                 if now - last_sync >= _SYNC_EVERY_S:
                     if self.store.fsync == "interval":
                         self.store.sync()
-                    self.journal.tick()
                     last_sync = now
             except OSError as exc:
                 delay = min(delay * 2, _RETRY_MAX_S)
