@@ -41,12 +41,7 @@ from pulsar_bruce.frame import commands
 from pulsar_bruce.producer.answers import BrokerAnswers
 from pulsar_bruce.producer.availability import Availability
 from pulsar_bruce.producer.backoff import Backoff, Retry
-from pulsar_bruce.producer.delivery import (
-    UNJOURNALLED,
-    DeliveryListener,
-    DeliveryPolicy,
-    SendJournal,
-)
+from pulsar_bruce.producer.delivery import DeliveryListener, DeliveryPolicy, SendJournal
 from pulsar_bruce.producer.faults import (
     Refusal,
     answered,
@@ -72,8 +67,8 @@ class ProducerDriver(Recreation, BrokerAnswers):
         pool: ConnectionPool,
         listener: DeliveryListener,
         delivery: DeliveryPolicy | None = None,
-        journal: SendJournal = UNJOURNALLED,
         *,
+        journal: SendJournal,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.producer = producer

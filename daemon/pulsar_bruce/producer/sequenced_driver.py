@@ -19,7 +19,7 @@ from pulsar_bruce.connection.broker_connection import ConnectionClosedError, Ser
 from pulsar_bruce.connection.pool import ConnectionPool
 from pulsar_bruce.frame import commands
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
-from pulsar_bruce.producer.delivery import DeliveryListener, DeliveryPolicy
+from pulsar_bruce.producer.delivery import DeliveryListener, DeliveryPolicy, SendJournal
 from pulsar_bruce.producer.driver import ProducerDriver
 from pulsar_bruce.producer.faults import Refusal, creation_refusal
 from pulsar_bruce.producer.partition_producer import PartitionProducer
@@ -45,9 +45,10 @@ class SequencedDriver(ProducerDriver):
         listener: DeliveryListener,
         delivery: DeliveryPolicy | None = None,
         *,
+        journal: SendJournal,
         on_closed: Callable[[SequencedDriver], None] = lambda driver: None,
     ):
-        super().__init__(producer, pool, listener, delivery)
+        super().__init__(producer, pool, listener, delivery, journal=journal)
         #: Told once the producer is closed on the broker (its topic manager forgets it).
         self.on_closed = on_closed
 

@@ -204,7 +204,9 @@ class Journal:
             return
         if out.split_from:
             self._parts(out.split_from)
-        where = self._where.get(producer.producer_id, (producer.topic.encode(), 0))
+        where = self._where.get(producer.producer_id)
+        if where is None:  # not one it journals (a sender's)
+            return
         replaced = []
         for batch in out.batches:
             entry = self._entries.get(batch)
@@ -236,9 +238,9 @@ class Journal:
         if parts is not None and parts != [batch]:
             self._parts(dict.fromkeys(parts, batch))
         entry = self._entries.get(batch)
-        if entry is None or entry.numbered < 0:
+        where = self._where.get(producer.producer_id)
+        if entry is None or entry.numbered < 0 or where is None:
             return
-        where = self._where.get(producer.producer_id, (producer.topic.encode(), 0))
         stored = batch.may_be_stored
         self._out.append(jr.number(entry.item, -1, where[1], "", stored_before=stored))
         entry.numbered, entry.sent_as, entry.stored_before = -1, "", stored

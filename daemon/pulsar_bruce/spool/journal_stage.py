@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Protocol
 
 from pulsar_bruce.model.batch import SealedBatch
-from pulsar_bruce.producer.delivery import Unjournalled
 from pulsar_bruce.producer.partition_producer import Outgoing, PartitionProducer
 from pulsar_bruce.spool.journal import WaitingTopic
 from pulsar_bruce.spool.journal_records import Recovered
@@ -64,8 +63,9 @@ class JournalStage(Protocol):
         """About once a second: record what settled meanwhile."""
 
 
-class NoJournal(Unjournalled):
-    """The journal stage without a journal: a crash loses what memory holds (docs/delivery.md)."""
+class NoJournal:
+    """The journal stage without a journal: a crash loses what memory holds (docs/delivery.md).
+    The one null journal: the drivers get it too (``producer/delivery.py``'s ``SendJournal``)."""
 
     write_ahead = False
 
@@ -88,6 +88,15 @@ class NoJournal(Unjournalled):
         pass
 
     def sync(self, consume: tuple[int, int] | None = None) -> None:
+        pass
+
+    def sync_producer(self, producer: PartitionProducer) -> None:
+        pass
+
+    def sent(self, producer: PartitionProducer, out: Outgoing) -> None:
+        pass
+
+    def refused(self, producer: PartitionProducer, batch: SealedBatch) -> None:
         pass
 
     def settled(self, batch: SealedBatch) -> None:

@@ -148,6 +148,7 @@ class TopicManager:
             self.pool,
             self.outcomes.for_topic(topic),
             self.delivery,
+            journal=self.journal,  # which journals only the producers it was told of
             on_closed=functools.partial(self._sequenced_closed, topic),
         )
         self.drivers[producer.producer_id] = driver
@@ -237,7 +238,7 @@ class TopicManager:
                 producer.name_as(self.producer_name)
             self.journal.producer_added(producer, topic.name, index)
             self.drivers[producer.producer_id] = ProducerDriver(
-                producer, self.pool, listener, self.delivery, self.journal
+                producer, self.pool, listener, self.delivery, journal=self.journal
             )
             self._by_broker_topic[name] = producer
             new.append(producer)

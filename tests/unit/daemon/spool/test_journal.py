@@ -373,3 +373,20 @@ def test_a_journal_from_before_the_flag_marks_it_with_a_name_without_ids(name: s
     assert jr.recover([b"".join(flagged)]).batches == [back]
     unmarked = [old[0], jr.number(7, -1, 0, "")]
     assert not jr.recover([b"".join(unmarked)]).batches[0].stored_before
+
+
+def test_a_producer_it_was_not_told_of_is_not_journalled(tmp_path: Path) -> None:
+    """A sender's producer (its ids are the sender's: ``exactly_once.py``) gets the same
+    journal as the others, which leaves it alone."""
+    journal, _ = start(tmp_path)
+    sender = producer(5)
+    add(sender, b"s")
+    sender.seal()
+    sender.on_registered("sender", -1)
+    journal.sync_producer(sender)
+    out = sender.frames_to_send(1)
+    journal.sent(sender, out)
+    sender.refuse(out.batches[0], [out.batches[0]])
+    journal.refused(sender, out.batches[0])
+    journal.sync()
+    assert crash_and_recover(tmp_path).batches == []
