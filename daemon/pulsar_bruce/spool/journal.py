@@ -14,7 +14,7 @@ a namespace with deduplication drops the copies it had stored.
 
 The intake and the producers never call this per message: the journal looks
 at the batches the topic manager says were touched, once per drain.  What it
-holds of each batch (open or sealed) is its own: :class:`JournalEntry`, keyed by
+holds of each batch (open or sealed) is its own: a ``JournalEntry``, keyed by
 the batch; a producer only says what it queued since (``BatchQueue.take_queued``)
 and what it split (``Outgoing.split_from``).
 """
@@ -22,10 +22,8 @@ and what it split (``Outgoing.split_from``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
 
 from pulsar_bruce.batch.batch_builder import BatchBuilder, batch_entries_of
 from pulsar_bruce.model.batch import SealedBatch
@@ -33,61 +31,12 @@ from pulsar_bruce.model.vocabulary import FsyncPolicy
 from pulsar_bruce.producer.partition_producer import Outgoing, PartitionProducer
 from pulsar_bruce.spool import journal_records as jr
 from pulsar_bruce.spool.journal_files import SegmentFiles
+from pulsar_bruce.spool.journal_items import JournalEntry, WaitGroup, WaitingTopic
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True, eq=False)
-class JournalEntry:
-    """What the journal holds of one batch (open or sealed) or one wait group."""
-
-    #: The batch's number in the journal's records (unique across restarts).
-    item: int
-    #: Where its messages go: the topic senders named and the partition.
-    topic: bytes
-    partition: int
-    #: Bytes and messages of the entries journalled so far.
-    journalled_bytes: int = 0
-    journalled_count: int = 0
-    #: The sequence id last journalled for it (-1: none; it was not sent), and the producer
-    #: name it belongs to.
-    numbered: int = -1
-    sent_as: str = ""
-    #: Journalled without ids, as possibly stored already (``refused``, a replay).
-    stored_before: bool = False
-    #: Journal segments holding its records (it pins them until it is settled).
-    segments: list[int] = field(default_factory=list)
-
-
-class WaitingTopic(Protocol):
-    """What of a route-layer ``Topic`` the journal reads (that layer sits above this one)."""
-
-    name: str
-    unrouted: list[Any]  # WaitingMessage: ``.data`` is the datagram
-    unrouted_batches: list[tuple[int, SealedBatch]]
-
-    @property
-    def producers(self) -> Sequence[PartitionProducer]: ...
-
-
-class _WaitGroup:
-    """The journalled messages of one topic that wait for its partition count."""
-
-    __slots__ = ("count", "journal", "last")
-
-    def __init__(self) -> None:
-        self.journal: JournalEntry | None = None
-        #: Messages of ``unrouted`` journalled, and the last of them (to tell that the
-        #: list was emptied, by routing or discarding, and filled again since).
-        self.count = 0
-        self.last: object = None
-
-    def reset(self) -> None:
-        """Its messages were routed, discarded or journalled afresh: a new group next time."""
-        self.journal, self.count, self.last = None, 0, None
-
-
-_Holder = BatchBuilder | SealedBatch | _WaitGroup
+_Holder = BatchBuilder | SealedBatch | WaitGroup
 
 
 class Journal:
@@ -114,7 +63,7 @@ class Journal:
         self._replaces: dict[SealedBatch, int] = {}
         self._segment_items: dict[int, set[int]] = {}
         self._touched: set[PartitionProducer] = set()
-        self._waiting: dict[WaitingTopic, _WaitGroup] = {}
+        self._waiting: dict[WaitingTopic, WaitGroup] = {}
         self._where: dict[int, tuple[bytes, int]] = {}
         self._out: list[bytes] = []
         self._settled: list[int] = []
@@ -159,7 +108,7 @@ class Journal:
         self._where[producer.producer_id] = (topic.encode(), partition)
 
     def topic_added(self, topic: WaitingTopic) -> None:
-        self._waiting[topic] = _WaitGroup()
+        self._waiting[topic] = WaitGroup()
 
     def touched(self, producer: PartitionProducer) -> None:
         """``producer``'s open batch got its first message, or a batch was queued."""
@@ -272,7 +221,7 @@ class Journal:
         entry = JournalEntry(self._next_item, topic, partition)
         self._next_item += 1
         self._live[entry.item] = holder
-        if not isinstance(holder, _WaitGroup):
+        if not isinstance(holder, WaitGroup):
             self._entries[holder] = entry
         return entry
 
@@ -354,10 +303,7 @@ class Journal:
         holder = self._live.pop(item, None)
         if holder is None:
             return False
-        if isinstance(holder, _WaitGroup):
-            entry = holder.journal
-        else:
-            entry = self._entries.pop(holder, None)
+        entry = holder.journal if isinstance(holder, WaitGroup) else self._entries.pop(holder, None)
         if entry is None:
             return False
         for segment in entry.segments:
@@ -366,7 +312,7 @@ class Journal:
                 items.discard(item)
         return True
 
-    def _sync_waiting(self, topic: WaitingTopic, group: _WaitGroup) -> None:
+    def _sync_waiting(self, topic: WaitingTopic, group: WaitGroup) -> None:
         unrouted = topic.unrouted
         emptied = len(unrouted) < group.count or (
             group.count and unrouted[group.count - 1] is not group.last
@@ -422,9 +368,9 @@ class Journal:
         """Write what is still unsettled in segment ``oldest`` again, so it can be deleted."""
         for item in list(self._segment_items[oldest]):
             holder = self._live[item]
-            entry = holder.journal if isinstance(holder, _WaitGroup) else self._entries[holder]
+            entry = holder.journal if isinstance(holder, WaitGroup) else self._entries[holder]
             assert entry is not None
-            if isinstance(holder, _WaitGroup):
+            if isinstance(holder, WaitGroup):
                 self._out.append(jr.wait_done(item))
                 self._release(item)
                 holder.reset()  # journalled afresh by the next sync

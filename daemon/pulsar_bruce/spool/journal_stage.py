@@ -13,7 +13,7 @@ from typing import Protocol
 
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.producer.partition_producer import Outgoing, PartitionProducer
-from pulsar_bruce.spool.journal import WaitingTopic
+from pulsar_bruce.spool.journal_items import WaitingTopic
 from pulsar_bruce.spool.journal_records import Recovered
 
 
