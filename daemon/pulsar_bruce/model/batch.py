@@ -47,9 +47,6 @@ class SealedBatch:
     #: It may be stored under ids it no longer has (written, then renumbered), or by a run
     #: before this one (replayed from the journal or the spool after it was written).
     stored_before: bool = False
-    #: Refused while later batches were in flight (``BatchQueue.refuse``): what goes in its
-    #: place once their answers say whether its ids can stay (None: not refused).
-    replacement: list[SealedBatch] | None = None
 
     @property
     def may_be_stored(self) -> bool:

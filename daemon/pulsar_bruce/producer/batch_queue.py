@@ -340,12 +340,10 @@ class BatchQueue(Refusals):
             expired.append(batch)
             if self._in_flight:
                 self._in_flight -= 1
-            if batch.replacement is not None:
-                batch.replacement = None
-                self._refused -= 1
+            self._refused.pop(batch, None)
         if expired and self._queued:  # not held on to (unsent while the broker is away)
-            gone = set(map(id, expired))
-            self._queued = [pair for pair in self._queued if id(pair[0]) not in gone]
+            gone = set(expired)
+            self._queued = [pair for pair in self._queued if pair[0] not in gone]
         return expired
 
     def take_all(self) -> list[SealedBatch]:
@@ -355,10 +353,9 @@ class BatchQueue(Refusals):
         self._queued.clear()
         self.failed_back.clear()
         self.possibly_stored.clear()
-        self._in_flight = self._refused = 0
+        self._in_flight = 0
+        self._refused.clear()
         self._stored_top = -1
-        for batch in batches:
-            batch.replacement = None
         return batches
 
     def _in_flight_index(self, sequence_id: int) -> int | None:
@@ -367,13 +364,13 @@ class BatchQueue(Refusals):
         for index in range(self._in_flight):
             batch = pending[index]
             if batch.sequence_id <= sequence_id <= batch.highest_sequence_id:
-                return index if batch.replacement is None else None
+                return index if batch not in self._refused else None
         return None
 
     def _first_unanswered(self) -> int | None:
         pending = self._pending
         for index in range(self._in_flight):
-            if pending[index].replacement is None:
+            if pending[index] not in self._refused:
                 return index
         return None
 
@@ -389,7 +386,7 @@ class BatchQueue(Refusals):
         """Assert the queue's rules (for tests, after every step)."""
         pending = self._pending
         assert 0 <= self._in_flight <= len(pending), (self._in_flight, len(pending))
-        assert self._refused == sum(b.replacement is not None for b in pending), "refused count"
+        assert len(self._refused) == sum(b in self._refused for b in pending), "refused count"
         last = -1
         for index, batch in enumerate(pending):
             assert batch.count > 0

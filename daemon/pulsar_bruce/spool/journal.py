@@ -180,10 +180,10 @@ class Journal:
         ids (the record's id -1; flagged ``stored_before`` when an earlier write of it may be
         stored, so the replay counts as a possible duplicate).  Written at once: a crash
         before the next write would replay it under ids the broker takes for duplicates.
-        Its ``replacement`` parts (halves for the topic's size limit) replace it."""
+        What goes in its place (halves, for the topic's size limit) replaces it."""
         if self.stopped is not None:
             return
-        parts = batch.replacement
+        parts = producer.queue.replacing(batch)
         if parts is not None and parts != [batch]:
             self._parts(dict.fromkeys(parts, batch))
         entry = self._entries.get(batch)
