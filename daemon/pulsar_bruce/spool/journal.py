@@ -228,11 +228,14 @@ class Journal:
     def _parts(self, split_from: Mapping[SealedBatch, SealedBatch]) -> None:
         """Parts of split batches (in the order they were cut): each replaces the journalled
         batch its whole is, or replaces."""
+        replaces = self._replaces
         for part, whole in split_from.items():
             entry = self._entries.get(whole)
-            item = entry.item if entry is not None else self._replaces.get(whole, -1)
+            item = entry.item if entry is not None else replaces.get(whole, -1)
             if item >= 0:
-                self._replaces[part] = item
+                replaces[part] = item
+        for whole in split_from.values():  # a part cut again: its parts stand for it now
+            replaces.pop(whole, None)
 
     def _open_tail(self, builder: BatchBuilder, where: tuple[bytes, int]) -> None:
         size = builder.size
