@@ -41,8 +41,12 @@ class WaitingTopic(Protocol):
     """What of a route-layer ``Topic`` the journal reads (that layer sits above this one)."""
 
     name: str
-    unrouted: list[Any]  # WaitingMessage: ``.data`` is the datagram
-    unrouted_batches: list[tuple[int, SealedBatch]]
+
+    @property
+    def unrouted(self) -> list[Any]: ...  # WaitingMessage: ``.data`` is the datagram
+
+    @property
+    def unrouted_batches(self) -> list[tuple[int, SealedBatch]]: ...
 
     @property
     def producers(self) -> Sequence[PartitionProducer]: ...
