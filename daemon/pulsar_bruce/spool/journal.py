@@ -295,6 +295,8 @@ class Journal:
     def _settle(self, item: int) -> None:
         if self._release(item):
             self._settled.append(item)
+            if self._replaces:  # parts of it that never went (given up with it) stand for none
+                self._replaces = {p: i for p, i in self._replaces.items() if i != item}
 
     def _record_settled(self) -> None:
         if self._settled:

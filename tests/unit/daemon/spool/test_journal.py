@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from pulsar_bruce.batch.batch_builder import BatchBuilder, entry_offsets
+from pulsar_bruce.batch.batch_builder import entry_offsets
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
 from pulsar_bruce.spool import journal_files
@@ -333,60 +333,3 @@ def test_a_failed_write_is_retried_with_the_next_one(
     back = crash_and_recover(tmp_path)
     assert [values_of(b.entries) for b in back.batches] == [[b"first", b"second"]]
     assert journal.stopped is None
-
-
-def test_a_refused_batch_an_earlier_write_of_which_may_be_stored_keeps_that_mark(
-    tmp_path: Path,
-) -> None:
-    """Refused, it goes under new ids; its replay after a crash is a possible duplicate, also
-    once its records were copied forward (the mark went with them; it did not before)."""
-    journal, stuck, busy = stuck_and_busy(tmp_path)
-    (batch,) = stuck.pending
-    batch.stored_before = True  # (an earlier run's write, say)
-    batch.refused_writes += 1
-    stuck.refuse(batch, [batch])
-    journal.refused(stuck, batch)
-    back = crash_and_recover(tmp_path)
-    assert [(b.sequence_id, b.producer_name, b.stored_before) for b in back.batches] == [
-        (-1, "", True)
-    ]
-    keep_busy(journal, busy)
-    assert len(list(tmp_path.glob("journal-*.log"))) <= 4  # copied forward
-    back = crash_and_recover(tmp_path)
-    assert [(b.sequence_id, b.producer_name, b.stored_before) for b in back.batches] == [
-        (-1, "", True)
-    ]
-
-
-@pytest.mark.parametrize("name", ["?", "P-host-abc123"])
-def test_a_journal_from_before_the_flag_marks_it_with_a_name_without_ids(name: str) -> None:
-    one = BatchBuilder()
-    one.append(b"", 0, b"m", 0, 41)
-    old = [
-        jr.piece(7, 0, 1, b"t", 0, one.take()),
-        jr.number(7, 12, 0, "P-host-abc123"),
-        jr.number(7, -1, 0, name),  # refused, an earlier write of it may be stored
-    ]
-    (back,) = jr.recover([b"".join(old)]).batches
-    assert (back.sequence_id, back.producer_name, back.stored_before) == (-1, "", True)
-    flagged = [old[0], jr.number(7, -1, 0, "", stored_before=True)]
-    assert jr.recover([b"".join(flagged)]).batches == [back]
-    unmarked = [old[0], jr.number(7, -1, 0, "")]
-    assert not jr.recover([b"".join(unmarked)]).batches[0].stored_before
-
-
-def test_a_producer_it_was_not_told_of_is_not_journalled(tmp_path: Path) -> None:
-    """A sender's producer (its ids are the sender's: ``exactly_once.py``) gets the same
-    journal as the others, which leaves it alone."""
-    journal, _ = start(tmp_path)
-    sender = producer(5)
-    add(sender, b"s")
-    sender.seal()
-    sender.on_registered("sender", -1)
-    journal.sync_producer(sender)
-    out = sender.frames_to_send(1)
-    journal.sent(sender, out)
-    sender.refuse(out.batches[0], [out.batches[0]])
-    journal.refused(sender, out.batches[0])
-    journal.sync()
-    assert crash_and_recover(tmp_path).batches == []
