@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from collections.abc import Sequence
 from enum import Enum
 
 from pulsar_bruce.batch.batch_builder import BatchBuilder, split_batch, unframe
@@ -116,11 +117,14 @@ class BatchQueue(Refusals):
             return self.releasable
         return len(self._pending) > self._in_flight or bool(self.failed_back)
 
-    def take_queued(self) -> list[tuple[SealedBatch, BatchBuilder | None]]:
+    def take_queued(self) -> Sequence[tuple[SealedBatch, BatchBuilder | None]]:
         """The batches queued since the last framing or the last take, in order, each with the
         open batch it was sealed from (None: a replay): what the write-ahead journal must
         hold before they are framed (``spool/journal.py``)."""
-        queued, self._queued = self._queued, []
+        queued = self._queued
+        if not queued:
+            return ()  # (the journal asks after every drain: nothing made when nothing came)
+        self._queued = []
         return queued
 
     # -- queueing ---------------------------------------------------------------------------
@@ -134,10 +138,14 @@ class BatchQueue(Refusals):
         batches queued, numbered now for a sender (in message order, ``exactly_once.py``)."""
         pending = self._pending
         queued = len(pending)
-        sources = [builder] if builder.keys is None else list(builder.keys.values())
+        keys = builder.keys
+        sources = None if keys is None else list(keys.values())
         builder.seal_into(pending)
         sealed = list(itertools.islice(pending, queued, None))
-        self._queued += zip(sealed, sources, strict=True)
+        if sources is None:
+            self._queued.append((sealed[0], builder))
+        else:
+            self._queued += zip(sealed, sources, strict=True)
         sender = self.sender
         if sender is not None:
             for batch in sealed:

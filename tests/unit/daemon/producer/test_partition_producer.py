@@ -539,12 +539,12 @@ def test_the_queue_says_what_it_queued_since_its_last_framing_and_forgets_what_e
         producer.pending[-1].created_at = created
     second = producer.pending[1]
     producer.expire(deadline=3.0)  # unsent, with nobody to take it: not held on to
-    assert producer.queue.take_queued() == [(second, open_batch)]
-    assert producer.queue.take_queued() == []
+    assert list(producer.queue.take_queued()) == [(second, open_batch)]
+    assert producer.queue.take_queued() == ()
     add_batch(producer, 1)
     producer.on_registered("p-1", -1)
     producer.frames_to_send(PUBLISH_TIME)
-    assert producer.queue.take_queued() == []  # framed: the journal had its turn before
+    assert producer.queue.take_queued() == ()  # framed: the journal had its turn before
 
 
 # -- chunked messages ---------------------------------------------------------------------------

@@ -260,7 +260,7 @@ def test_a_restart_reads_what_was_left_numbers_after_it_and_drops_it_once_copied
     assert len(list(tmp_path.glob("journal-*.log"))) == 1
     back = crash_and_recover(tmp_path)
     assert [values_of(b.entries) for b in back.batches] == [[b"left"]]
-    assert q.queue.take_queued() == []  # the journal took it
+    assert q.queue.take_queued() == ()  # the journal took it
     items = {jr.recover([path.read_bytes()]).last_item for path in tmp_path.glob("journal-*")}
     assert items == {recovered.last_item + 1}
 
