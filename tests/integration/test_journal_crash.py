@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from pulsar_bruce.spool import journal_records as jr
 
 from tests.integration.test_spool_daemon import send_numbered, values_of
 from tests.support.processes import Broker, free_port, wait_for
@@ -72,3 +73,24 @@ def test_without_the_journal_the_same_kill_loses_them(
     assert not list((tmp_path / "state").glob("journal-*.log"))
     second = start_daemon(broker.url, "--spool-dir", state, restart_of=first)
     assert second.counters().received == 0  # the control: memory died with the process
+
+
+def test_what_was_acked_is_recorded_settled_while_the_daemon_idles(
+    tmp_path: Path, broker: Broker, start_daemon
+) -> None:
+    """No write follows the last receipts: the pipeline's journal tick records them (about once
+    a second), so a kill then replays nothing."""
+    topic = f"journal-tick-{uuid.uuid4().hex[:8]}"
+    state = tmp_path / "state"
+    first = start_daemon(broker.url, "--spool-dir", str(state))
+    send_numbered(first, topic, range(COUNT))
+    first.wait_settled(COUNT, timeout=60)
+
+    def owed() -> int:
+        return jr.recover([p.read_bytes() for p in sorted(state.glob("journal-*.log"))]).messages
+
+    wait_for(lambda: owed() == 0, 30, "the acked batches recorded settled in the journal")
+    first.kill()
+    second = start_daemon(broker.url, "--spool-dir", str(state), restart_of=first)
+    assert second.counters().received == 0
+    assert "read but not acknowledged" not in second.log()

@@ -24,7 +24,7 @@ from pulsar_bruce.batch.entries import key_part
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.frame.codec import decode_frame_body
 from pulsar_bruce.frame.wire import varint
-from pulsar_bruce.model.batch import JournalEntry, SealedBatch
+from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import Confirmation, TagRun, add_tag, split_tags
 from pulsar_bruce.native import pick
 
@@ -136,19 +136,12 @@ class BatchBuilder(_Entries):
     """The open batch of one partition: its entries and confirmation tags (or, with
     key-based batching, one such batch per key in ``keys``)."""
 
-    __slots__ = ("journal",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        #: What the write-ahead journal holds of this batch (None: nothing, or no journal).
-        self.journal: JournalEntry | None = None
+    __slots__ = ()
 
     def seal(self) -> SealedBatch:
         """Close the batch and reset for the next one (compression happens at first send)."""
         count, charged, tags = self.count, self.charged, self.tags
         batch = SealedBatch(count=count, payload=self.take(), buffer_bytes=charged, tags=tags)
-        if self.journal is not None:  # the journal's record of it goes with its messages
-            batch.journal, self.journal = self.journal, None
         self.tags = None
         return batch
 
@@ -223,13 +216,7 @@ def split_batch(batch: SealedBatch, at: int = 0) -> tuple[SealedBatch, SealedBat
     first.created_at = rest.created_at = batch.created_at  # the send timeout still applies
     first.inherit(batch)
     rest.inherit(batch)
-    # Journalled as new batches, which replace the journalled one (a half split again
-    # replaces what its whole replaced).
-    first.replaces = rest.replaces = batch.journal.item if batch.journal else batch.replaces
-    if batch.sequence_id >= 0:  # ids kept from the spool stay with their messages
-        first.sequence_id, rest.sequence_id = batch.sequence_id, batch.sequence_id + half
-        first.producer_name = rest.producer_name = batch.producer_name
-    return first, rest
+    return first, rest  # unnumbered: the queue hands them the whole's ids (``BatchQueue``)
 
 
 def batch_entries_of(batch: SealedBatch) -> bytes:

@@ -2,33 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pulsar_bruce.model.confirmation import TagRun
-
-
-@dataclass(slots=True, eq=False)
-class JournalEntry:
-    """What the write-ahead journal (``spool/journal.py``) holds of one batch.
-
-    Kept on the batch (open or sealed) so that the journal's work per batch is a
-    few attribute reads, never a lookup per message.
-    """
-
-    #: The batch's number in the journal's records (unique across restarts).
-    item: int
-    #: Where its messages go: the topic senders named and the partition.
-    topic: bytes
-    partition: int
-    #: Bytes and messages of the entries journalled so far.
-    journalled_bytes: int = 0
-    journalled_count: int = 0
-    #: The sequence id last journalled for it (-1: none; it was not sent), and the producer
-    #: name it belongs to.
-    numbered: int = -1
-    sent_as: str = ""
-    #: Journal segments holding its records (it pins them until it is settled).
-    segments: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True, eq=False)
@@ -65,19 +41,12 @@ class SealedBatch:
     #: acknowledged by its own receipt; ``receipts`` counts them on the current connection.
     frames: int = 1
     receipts: int = 0
-    #: What the write-ahead journal holds of it (None: nothing yet, or no journal).
-    journal: JournalEntry | None = None
-    #: A half of a split batch: the journal item of the batch it replaces (-1: none).
-    replaces: int = -1
     #: Writes under its current ids that the broker answered with a ``SendError``: each
     #: stored nothing.  ``send_attempts - refused_writes`` writes have an unknown outcome.
     refused_writes: int = 0
     #: It may be stored under ids it no longer has (written, then renumbered), or by a run
     #: before this one (replayed from the journal or the spool after it was written).
     stored_before: bool = False
-    #: Refused while later batches were in flight (``BatchQueue.refuse``): what goes in its
-    #: place once their answers say whether its ids can stay (None: not refused).
-    replacement: list[SealedBatch] | None = None
 
     @property
     def may_be_stored(self) -> bool:
@@ -90,11 +59,10 @@ class SealedBatch:
         self.send_attempts, self.refused_writes = whole.send_attempts, whole.refused_writes
         self.failed_sends, self.stored_before = whole.failed_sends, whole.stored_before
 
-    def renumbered(self) -> None:
-        """It goes under new ids: no write under them yet; what it may be stored as before
-        is remembered (``stored_before``)."""
+    def forget_writes(self) -> None:
+        """It goes under new ids (``BatchQueue`` gives them): no write under them yet; what it
+        may be stored as before is remembered (``stored_before``)."""
         self.stored_before = self.may_be_stored
-        self.sequence_id, self.producer_name = -1, ""
         self.send_attempts = self.refused_writes = 0
 
     @property

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import socket
 import time
 from collections.abc import Callable
@@ -39,6 +40,10 @@ from pulsar_bruce.route.outcomes import BatchObserver
 from pulsar_bruce.route.sequenced import SequencedSender
 from pulsar_bruce.route.topic_settings import TopicConfigurator
 from pulsar_bruce.service import shutdown
+
+log = logging.getLogger(__name__)
+#: How often the journal records what settled (``Journal.tick``).
+JOURNAL_TICK_S = 1.0
 
 
 class Pipeline:
@@ -76,7 +81,7 @@ class Pipeline:
             self.topic_settings, wall_ms,
         )  # fmt: skip
         self.spooler = stages.spooler_stage(
-            self.store, self.policy, self.intake, self.pool, self.manager, self.journal, clock
+            self.store, self.policy, self.intake, self.pool, self.manager, clock
         )
         #: Where the disk refuses a write, memory keeps what it has room for.
         self._into_memory = functools.partial(self.intake.replay_datagram, previous_run=False)
@@ -84,6 +89,7 @@ class Pipeline:
         self.reader: DatagramReader | None = None
         self.stream_server: StreamServer | None = None
         self._spooling: asyncio.Task[None] | None = None
+        self._journal_ticks: asyncio.Task[None] | None = None
 
     # -- the path -------------------------------------------------------------------------
 
@@ -92,6 +98,17 @@ class Pipeline:
         journalled, then (``consume``: socket fd, datagrams peeked) off the socket's queue."""
         self.manager.collect()
         self.journal.sync(consume)
+
+    async def tick_journal(self) -> None:
+        """About once a second, the journal records what settled meanwhile and frees the
+        segments it no longer needs (``Journal.tick``; a write it could not make is retried
+        with its next one)."""
+        while True:
+            await asyncio.sleep(JOURNAL_TICK_S)
+            try:
+                self.journal.tick()
+            except OSError as exc:  # a new segment it could not open: the next tick tries
+                log.error("journal: %s", exc)
 
     def after_drain(self) -> None:
         """A drain ended: the spool's held datagrams to disk, the full batches to brokers."""
@@ -151,9 +168,11 @@ class Pipeline:
         if stream_path is not None or stream_socket is not None:
             self.stream_server = self.stream_server_at(stream_path or "", stream_max_connections)
             await self.stream_server.start(stream_socket)
+        loop = asyncio.get_running_loop()
         if self.spooler is not None:
             self.spooler.open()
-            self._spooling = asyncio.get_running_loop().create_task(self.spooler.run())
+            self._spooling = loop.create_task(self.spooler.run())
+        self._journal_ticks = loop.create_task(self.tick_journal())
         self.manager.start()
 
     def stop_reading(self, refuse_new: bool) -> None:
@@ -185,9 +204,10 @@ class Pipeline:
 
     async def stop(self) -> None:
         """Shutdown, last step: producers, broker connections and the stream socket closed."""
-        if self._spooling is not None:
-            self._spooling.cancel()
-            await asyncio.gather(self._spooling, return_exceptions=True)
+        for task in (self._spooling, self._journal_ticks):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self.manager.stop()
         self.pool.close_all()
         if self.stream_server is not None:

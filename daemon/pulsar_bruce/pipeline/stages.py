@@ -149,7 +149,6 @@ def spooler_stage(
     intake: Intake,
     pool: ConnectionPool,
     manager: TopicManager,
-    journal: JournalStage,
     clock: Callable[[], float] = time.monotonic,
 ) -> Spooler | None:
     """The spool's replay and durability ticks (with a spool): replayed messages are
@@ -162,6 +161,5 @@ def spooler_stage(
         intake,
         brokers=pool,
         writer=manager,
-        journal=journal,
         clock=clock,
     )

@@ -6,14 +6,16 @@ is at most the highest id pushed is not stored) from dropping a message it never
 stored, or storing one twice.  Nothing else writes the queue or the ids;
 :meth:`BatchQueue.check` asserts the rules, and the tests call it after every step:
 
-- **Ids rise along the queue.**  A batch is numbered once: at seal for a
-  sender's ids (``exactly_once.py``), else at its first send, from
-  ``next_sequence_id``; a replayed batch that keeps its ids goes before the
-  unsent batches numbered after it.  Like ``ProducerImpl.resendMessages`` in
+- **Ids rise along the queue.**  A batch is numbered once, here and nowhere
+  else: at seal for a sender's ids (``exactly_once.py``), else when it is first
+  framed (:meth:`BatchQueue.assign`, from ``next_sequence_id``; framing only
+  reads the id); a replayed batch that keeps its ids goes before the unsent
+  batches numbered after it.  Like ``ProducerImpl.resendMessages`` in
   pulsar-client-java, everything pending goes again, in order, under its ids.
-- **A split keeps each message's id**, and its parts replace the batch in the
-  write-ahead journal (``SealedBatch.replaces``), at any depth and for any
-  reason: the broker's max message size at the first send, the topic's own
+- **A split keeps each message's id** (:meth:`BatchQueue.split` and
+  :meth:`~.refusals.Refusals.refuse` hand the whole's ids to its parts), and
+  its parts replace the batch in the write-ahead journal, at any depth and for
+  any reason: the broker's max message size at the first send, the topic's own
   limit (:meth:`resend_in_halves`), the part of a sender's batch the broker has.
 - **Renumbering** happens only at registration, when the broker's
   ``last_sequence_id`` is above every id we gave (``sequence_ids.py``).
@@ -27,13 +29,14 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from collections.abc import Sequence
 from enum import Enum
 
 from pulsar_bruce.batch.batch_builder import BatchBuilder, split_batch, unframe
 from pulsar_bruce.model.batch import SealedBatch
-from pulsar_bruce.producer.exactly_once import number_sealed, stored_part
+from pulsar_bruce.producer.exactly_once import stored_part
 from pulsar_bruce.producer.refusals import Refusals
-from pulsar_bruce.producer.sequence_ids import Renumbered, renumber_above
+from pulsar_bruce.producer.sequence_ids import Renumbered, highest_assigned
 
 
 class ReceiptMatch(Enum):
@@ -50,7 +53,16 @@ class ReceiptMatch(Enum):
 class BatchQueue(Refusals):
     """Pending batches in id order, the first ``in_flight`` written, and the next ids."""
 
-    __slots__ = ("_in_flight", "_issued_from", "_next_id", "_pending", "_stored_up_to", "sender")
+    __slots__ = (
+        "_fresh",
+        "_in_flight",
+        "_issued_from",
+        "_next_id",
+        "_pending",
+        "_queued",
+        "_stored_up_to",
+        "sender",
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -64,6 +76,12 @@ class BatchQueue(Refusals):
         self._stored_up_to = -1
         #: The sender whose name and ids the batches go under (None: the daemon's own).
         self.sender: str | None = None
+        #: The batch :meth:`assign` last gave new ids, with ``_next_id`` and ``_issued_from``
+        #: from before: given back if it is split or taken out before it is framed.
+        self._fresh: tuple[SealedBatch, int, int] | None = None
+        #: Batches queued since the last framing (:meth:`written`) or :meth:`take_queued`,
+        #: each with the open batch it was sealed from (None: a replay).
+        self._queued: list[tuple[SealedBatch, BatchBuilder | None]] = []
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -99,6 +117,16 @@ class BatchQueue(Refusals):
             return self.releasable
         return len(self._pending) > self._in_flight or bool(self.failed_back)
 
+    def take_queued(self) -> Sequence[tuple[SealedBatch, BatchBuilder | None]]:
+        """The batches queued since the last framing or the last take, in order, each with the
+        open batch it was sealed from (None: a replay): what the write-ahead journal must
+        hold before they are framed (``spool/journal.py``)."""
+        queued = self._queued
+        if not queued:
+            return ()  # (the journal asks after every drain: nothing made when nothing came)
+        self._queued = []
+        return queued
+
     # -- queueing ---------------------------------------------------------------------------
 
     def number_from(self, sender: str, first_id: int) -> None:
@@ -107,13 +135,22 @@ class BatchQueue(Refusals):
 
     def seal(self, builder: BatchBuilder) -> list[SealedBatch]:
         """Seal the open batch (one per key with key-based batching) into the queue; the
-        batches queued, numbered now for a sender (:func:`number_sealed`)."""
+        batches queued, numbered now for a sender (in message order, ``exactly_once.py``)."""
         pending = self._pending
         queued = len(pending)
+        keys = builder.keys
+        sources = None if keys is None else list(keys.values())
         builder.seal_into(pending)
         sealed = list(itertools.islice(pending, queued, None))
-        if self.sender is not None:
-            self._next_id = number_sealed(sealed, self._next_id, self.sender)
+        if sources is None:
+            self._queued.append((sealed[0], builder))
+        else:
+            self._queued += zip(sealed, sources, strict=True)
+        sender = self.sender
+        if sender is not None:
+            for batch in sealed:
+                batch.sequence_id, batch.producer_name = self._next_id, sender
+                self._next_id += batch.count
         return sealed
 
     def replay(self, batch: SealedBatch, name: str | None, name_is_ours: bool) -> None:
@@ -130,6 +167,7 @@ class BatchQueue(Refusals):
         batches journalled before them), and the next ids start after it.
         """
         pending = self._pending
+        self._queued.append((batch, None))
         if batch.sequence_id < 0:
             pending.append(batch)
             return
@@ -155,7 +193,7 @@ class BatchQueue(Refusals):
     def registered(self, last_sequence_id: int) -> Renumbered | None:
         """The broker accepted the producer: nothing is written on the new connection yet.
         A sender's ids are its own (what the broker has is left to it to answer); ours are
-        renumbered when the broker is past them (:func:`renumber_above`)."""
+        renumbered when the broker is past them (:meth:`_renumber`)."""
         self._in_flight = 0
         if self._refused:
             self.release()
@@ -165,10 +203,29 @@ class BatchQueue(Refusals):
                 if batch.frame and stored_part(batch, last_sequence_id):
                     unframe(batch)
             return None
-        self._next_id, self._issued_from, renumbered = renumber_above(
-            self._pending, self._next_id, self._issued_from, last_sequence_id
-        )
-        return renumbered
+        numbered = [batch for batch in self._pending if batch.sequence_id >= 0]
+        ours = highest_assigned(numbered, self._next_id)
+        if last_sequence_id <= ours or not numbered:
+            self._next_id = max(ours, last_sequence_id) + 1
+            return None
+        return self._renumber(numbered, ours, last_sequence_id)
+
+    def _renumber(self, numbered: list[SealedBatch], ours: int, broker: int) -> Renumbered:
+        """The broker is past every id we gave (``sequence_ids.py``): each numbered batch,
+        in queue order, goes under new ids after ``broker``'s, framed again at its next send."""
+        self._next_id = broker + 1
+        if self._issued_from < 0:
+            self._issued_from = self._next_id
+        possibly_stored = []
+        for batch in numbered:
+            unframe(batch)
+            if batch.may_be_stored or batch.producer_name:
+                possibly_stored.append(batch)
+                batch.stored_before = True
+            self._take_ids_back(batch)  # new ids: never written under them
+            batch.sequence_id = self._next_id
+            self._next_id += batch.count
+        return Renumbered(ours, broker, len(numbered), possibly_stored)
 
     def closed(self) -> None:
         """The producer was closed on the broker: what it did not answer, it did not take."""
@@ -182,21 +239,32 @@ class BatchQueue(Refusals):
 
     # -- sending ----------------------------------------------------------------------------
 
-    def id_for(self, batch: SealedBatch) -> int:
-        """The first id ``batch`` is framed under: its own, or the next one."""
-        return batch.sequence_id if batch.sequence_id >= 0 else self._next_id
-
-    def numbered(self, batch: SealedBatch, fresh: bool) -> None:
-        """``batch`` was framed under :meth:`id_for` (``fresh``: it had no id before)."""
-        if fresh and self._issued_from < 0:
-            self._issued_from = batch.sequence_id
+    def assign(self, batch: SealedBatch) -> None:
+        """Stamp the ids ``batch`` is framed under: its own, or the next ones (given back if
+        it is then split or taken out unframed: :meth:`split`, :meth:`remove_unsent`)."""
+        if batch.sequence_id < 0:
+            self._fresh = (batch, self._next_id, self._issued_from)
+            batch.sequence_id = self._next_id
+            if self._issued_from < 0:
+                self._issued_from = batch.sequence_id
         self._next_id = max(self._next_id, batch.highest_sequence_id + 1)
+
+    def _give_back(self, batch: SealedBatch) -> None:
+        """``batch`` was not framed under the ids :meth:`assign` just gave it: unnumbered
+        again, and those ids go to the next batch, as if it had never been assigned."""
+        fresh = self._fresh
+        if fresh is not None and fresh[0] is batch and not batch.frame:
+            batch.sequence_id, self._next_id, self._issued_from = -1, fresh[1], fresh[2]
+        self._fresh = None
 
     def split(self, index: int, at: int = 0) -> None:
         """Replace the unsent ``pending[index]`` by its first ``at`` messages (0: half) and
         the rest, each message under its id, both replacing it in the journal."""
         assert index >= self._in_flight
-        first, rest = split_batch(self._pending[index], at)
+        whole = self._pending[index]
+        self._give_back(whole)
+        first, rest = split_batch(whole, at)
+        self._keep_ids(whole, (first, rest))
         self._pending[index] = first
         self._pending.insert(index + 1, rest)
 
@@ -214,12 +282,15 @@ class BatchQueue(Refusals):
         """Take out an unsent batch that cannot be sent (too large, encryption failed)."""
         assert index >= self._in_flight
         batch = self._pending[index]
+        self._give_back(batch)
         del self._pending[index]
         return batch
 
     def written(self) -> None:
         """Every pending batch is written on the current connection."""
         self._in_flight = len(self._pending)
+        self._fresh = None
+        self._queued.clear()  # the journal took them before framing, if there is one
 
     # -- answers ----------------------------------------------------------------------------
 
@@ -277,21 +348,22 @@ class BatchQueue(Refusals):
             expired.append(batch)
             if self._in_flight:
                 self._in_flight -= 1
-            if batch.replacement is not None:
-                batch.replacement = None
-                self._refused -= 1
+            self._refused.pop(batch, None)
+        if expired and self._queued:  # not held on to (unsent while the broker is away)
+            gone = set(expired)
+            self._queued = [pair for pair in self._queued if pair[0] not in gone]
         return expired
 
     def take_all(self) -> list[SealedBatch]:
         """Remove every batch (to discard or spool it)."""
         batches = [batch for batch, _ in self.failed_back] + list(self._pending)
         self._pending.clear()
+        self._queued.clear()
         self.failed_back.clear()
         self.possibly_stored.clear()
-        self._in_flight = self._refused = 0
+        self._in_flight = 0
+        self._refused.clear()
         self._stored_top = -1
-        for batch in batches:
-            batch.replacement = None
         return batches
 
     def _in_flight_index(self, sequence_id: int) -> int | None:
@@ -300,13 +372,13 @@ class BatchQueue(Refusals):
         for index in range(self._in_flight):
             batch = pending[index]
             if batch.sequence_id <= sequence_id <= batch.highest_sequence_id:
-                return index if batch.replacement is None else None
+                return index if batch not in self._refused else None
         return None
 
     def _first_unanswered(self) -> int | None:
         pending = self._pending
         for index in range(self._in_flight):
-            if pending[index].replacement is None:
+            if pending[index] not in self._refused:
                 return index
         return None
 
@@ -322,7 +394,7 @@ class BatchQueue(Refusals):
         """Assert the queue's rules (for tests, after every step)."""
         pending = self._pending
         assert 0 <= self._in_flight <= len(pending), (self._in_flight, len(pending))
-        assert self._refused == sum(b.replacement is not None for b in pending), "refused count"
+        assert len(self._refused) == sum(b in self._refused for b in pending), "refused count"
         last = -1
         for index, batch in enumerate(pending):
             assert batch.count > 0

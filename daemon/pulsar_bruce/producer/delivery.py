@@ -38,35 +38,20 @@ class DeliveryListener(Protocol):
 
 
 class SendJournal(Protocol):
-    """The write-ahead journal (``spool/journal.py``), as the driver sees it."""
+    """The write-ahead journal (``spool/journal.py``), as the driver sees it: the pipeline's
+    journal stage, which is ``NO_JOURNAL`` when there is none, and which journals only the
+    producers it was told of (not a sender's: ``exactly_once.py``)."""
 
     def sync_producer(self, producer: Any) -> None:
         """Journal what ``producer`` queued (before it is framed)."""
 
-    def sent(self, producer: Any, batches: list[SealedBatch]) -> None:
-        """Journal the sequence ids ``batches`` go under (before they are written)."""
+    def sent(self, producer: Any, out: Any) -> None:
+        """Journal the sequence ids ``out``'s batches go under (before they are written);
+        parts of a batch split (``Outgoing.split_from``) replace it."""
 
     def refused(self, producer: Any, batch: SealedBatch) -> None:
         """Journal, at once, that the broker refused ``batch``: a replay must not go under
         its ids, which a later batch's may cover (``refusals.py``)."""
-
-
-class Unjournalled:
-    """A producer's journal when there is none: nothing to write before a batch is framed or
-    sent (the whole stage without a journal is ``spool/journal_stage.py``'s ``NoJournal``)."""
-
-    def sync_producer(self, producer: Any) -> None:
-        pass
-
-    def sent(self, producer: Any, batches: list[SealedBatch]) -> None:
-        pass
-
-    def refused(self, producer: Any, batch: SealedBatch) -> None:
-        pass
-
-
-#: The driver's journal where none is given (stateless: one is enough).
-UNJOURNALLED: SendJournal = Unjournalled()
 
 
 @dataclass(frozen=True, slots=True)

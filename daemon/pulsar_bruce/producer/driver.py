@@ -42,12 +42,7 @@ from pulsar_bruce.parse.deliver_at import epoch_ms
 from pulsar_bruce.producer.answers import BrokerAnswers
 from pulsar_bruce.producer.availability import Availability
 from pulsar_bruce.producer.backoff import Backoff, Retry
-from pulsar_bruce.producer.delivery import (
-    UNJOURNALLED,
-    DeliveryListener,
-    DeliveryPolicy,
-    SendJournal,
-)
+from pulsar_bruce.producer.delivery import DeliveryListener, DeliveryPolicy, SendJournal
 from pulsar_bruce.producer.faults import (
     Refusal,
     answered,
@@ -73,8 +68,8 @@ class ProducerDriver(Recreation, BrokerAnswers):
         pool: ConnectionPool,
         listener: DeliveryListener,
         delivery: DeliveryPolicy | None = None,
-        journal: SendJournal = UNJOURNALLED,
         *,
+        journal: SendJournal,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = epoch_ms,
     ):
@@ -323,6 +318,7 @@ class ProducerDriver(Recreation, BrokerAnswers):
             connection.core.max_message_size,
             self.delivery.max_send_attempts,
         )
+        journal.sent(self.producer, out)  # before a part is settled
         if out.possibly_stored:
             self.listener.batches_possibly_stored(out.possibly_stored)
         for batch, reason in out.rejected:
@@ -334,7 +330,6 @@ class ProducerDriver(Recreation, BrokerAnswers):
         for batch in out.batches:
             batch.sent_at = now
         self.listener.batches_sent(out.batches, out.resent_messages)
-        journal.sent(self.producer, out.batches)
         connection.writelines(out.frames)
         if self._receipt_check is None and self.producer.in_flight:
             self._receipt_check = self._loop.call_later(

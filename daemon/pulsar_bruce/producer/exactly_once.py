@@ -11,7 +11,7 @@ attempt stored.
 
 Two rules make that hold whatever the batch boundaries were, sans-IO:
 
-- ids are given when a batch is sealed (:func:`number_sealed`), in message
+- ids are given when a batch is sealed (``BatchQueue.seal``), in message
   order, never at send time: a batch given up or split cannot shift the ids
   of the messages after it;
 - before a batch is first written, a batch that straddles the broker's last
@@ -27,18 +27,7 @@ Two rules make that hold whatever the batch boundaries were, sans-IO:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from pulsar_bruce.model.batch import SealedBatch
-
-
-def number_sealed(sealed: Iterable[SealedBatch], next_id: int, sender: str) -> int:
-    """Give just-sealed batches their ids (and the sender's name), in order; the next id."""
-    for batch in sealed:
-        batch.sequence_id = next_id
-        batch.producer_name = sender
-        next_id += batch.count
-    return next_id
 
 
 def stored_part(batch: SealedBatch, stored_up_to: int) -> int:

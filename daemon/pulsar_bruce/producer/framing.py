@@ -1,11 +1,12 @@
-"""A batch's Send frames, made once when it is first sent: ids, compression, encryption.
+"""A batch's Send frames, made once when it is first sent: compression, encryption, metadata.
 
 Kept apart from :mod:`.partition_producer` (which decides *when* a batch is framed)
 because this is the one place that decides *what* goes on the wire for a batch:
-its sequence ids (each entry its own), its compression, its end-to-end
-encryption, and its metadata; or, for a batch of one message that must go on its
-own (too large for a batch frame, or delayed), a non-batched message, in chunks
-when it is larger than a frame.  Sans-IO.
+its sequence ids stamped on each entry (the ids themselves are the queue's:
+``BatchQueue.assign`` gives them before framing, which only reads them), its
+compression, its end-to-end encryption, and its metadata; or, for a batch of
+one message that must go on its own (too large for a batch frame, or delayed),
+a non-batched message, in chunks when it is larger than a frame.  Sans-IO.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ class FramingPolicy(Protocol):
 
 
 class Framer(Protocol):
-    """What of a :class:`~.partition_producer.PartitionProducer` framing reads (its ids are
-    the :class:`~.batch_queue.BatchQueue`'s, which says which ``first_id`` a batch takes)."""
+    """What of a :class:`~.partition_producer.PartitionProducer` framing reads (a batch's ids
+    are stamped on it by the :class:`~.batch_queue.BatchQueue` first: framing reads them)."""
 
     producer_id: int
     name: str | None
@@ -59,18 +60,17 @@ def _data_key(producer: Framer, now_ms: int) -> DataKey | None:
     return None if encryptor is None else encryptor.data_key(now_ms)
 
 
-def frame_batch(
-    producer: Framer, batch: SealedBatch, first_id: int, publish_time_ms: int, limit: int
-) -> bool:
-    """Give ``batch`` the sequence ids from ``first_id`` on, each entry its own, and its Send
-    frame (kept for resends); False, the batch unchanged, when over ``limit`` bytes."""
+def frame_batch(producer: Framer, batch: SealedBatch, publish_time_ms: int, limit: int) -> bool:
+    """Give ``batch`` its Send frame (kept for resends) under the ids the queue gave it
+    (``BatchQueue.assign``), each entry its own; False, the batch unchanged, when over
+    ``limit`` bytes."""
+    first_id = batch.sequence_id
     raw = stamp_sequence_ids(batch.payload, first_id, batch.count)
     payload, compression = _compress(producer, raw)
     data_key = _data_key(producer, publish_time_ms)
     if len(payload) + (data_key.overhead if data_key else 0) > limit:
         return False
     iv, payload = data_key.seal(payload) if data_key else (b"", payload)
-    batch.sequence_id = first_id
     metadata = commands.batch_metadata(
         producer_name=producer.name or "",
         sequence_id=first_id,
@@ -86,7 +86,7 @@ def frame_batch(
     )
     batch.frame = commands.send(
         producer_id=producer.producer_id,
-        sequence_id=batch.sequence_id,
+        sequence_id=first_id,
         highest_sequence_id=batch.highest_sequence_id,
         num_messages=batch.count,
         metadata=metadata,
@@ -97,11 +97,11 @@ def frame_batch(
 
 
 def frame_single(
-    producer: Framer, batch: SealedBatch, first_id: int, publish_time_ms: int, max_frame_size: int
+    producer: Framer, batch: SealedBatch, publish_time_ms: int, max_frame_size: int
 ) -> bool:
-    """Frame a one-message batch under ``first_id`` as a non-batched message, in chunks when
-    it is larger than a frame; False when it cannot be sent at all (its metadata alone is
-    too large)."""
+    """Frame a one-message batch under its id as a non-batched message, in chunks when it is
+    larger than a frame; False when it cannot be sent at all (its metadata alone is too
+    large)."""
     raw = batch.payload
     (size,) = _U32.unpack_from(raw)
     deliver_at, metadata = take_deliver_at(raw[4 : 4 + size])
@@ -111,7 +111,7 @@ def frame_single(
     frames = commands.single_message_sends(
         producer_id=producer.producer_id,
         producer_name=producer.name or "",
-        sequence_id=first_id,
+        sequence_id=batch.sequence_id,
         publish_time_ms=publish_time_ms,
         compression=compression,
         uncompressed_size=len(value),
@@ -124,7 +124,6 @@ def frame_single(
     )
     if not frames:
         return False
-    batch.sequence_id = first_id
     batch.frame = b"".join(frames)
     batch.frames = len(frames)
     return True  # ``payload`` stays: the frame is no batch to take the entries back from

@@ -72,6 +72,9 @@ class Outgoing:
     #: broker, failed by the broker ``max_attempts`` times already, or a sender's batch
     #: refused while a later one was stored (``BatchQueue.release``).
     rejected: list[tuple[SealedBatch, str]] = field(default_factory=list)
+    #: Parts of batches split at their first send (too large for a frame), each with the
+    #: batch it is a part of (itself maybe a part): the journal's parts replace its whole.
+    split_from: dict[SealedBatch, SealedBatch] = field(default_factory=dict)
     #: Batches renumbered after a refusal that an earlier write may have stored: their
     #: write under new ids may store them twice (reported as possible duplicates).
     possibly_stored: list[SealedBatch] = field(default_factory=list)
@@ -96,7 +99,6 @@ class PartitionProducer:
         "schema_version",
         "state",
         "topic",
-        "unjournalled",
     )
 
     def __init__(self, topic: str, partition: int, producer_id: int, policy: BatchPolicy):
@@ -119,8 +121,6 @@ class PartitionProducer:
         self.max_message_size = DEFAULT_MAX_MESSAGE_SIZE
         self._limits_changed()
         self.compression_tries = CompressionTries()
-        #: With a write-ahead journal: batches queued since it last looked (None: no journal).
-        self.unjournalled: list[SealedBatch] | None = None
         #: The broker's version of our schema (``ProducerSuccess``), stamped on what is framed.
         self.schema_version = b""
         #: Its sender is gone: closed on the broker once nothing is left to settle.
@@ -162,25 +162,16 @@ class PartitionProducer:
         sending; returns the last batch queued."""
         if self.batch.count == 0:
             return None
-        sealed = self.queue.seal(self.batch)
-        if self.unjournalled is not None:
-            self.unjournalled.extend(sealed)
-        return sealed[-1]
+        return self.queue.seal(self.batch)[-1]
 
     def replay(self, batch: SealedBatch) -> None:
         """Queue a batch back from the spool or the journal (see :meth:`BatchQueue.replay`)."""
-        if self.unjournalled is not None:
-            self.unjournalled.append(batch)
         self.queue.replay(batch, self.name, self.name_is_ours)
 
     def name_as(self, name: str) -> None:
         """Register under our own stable ``name`` (``--producer-name-prefix``), so that broker
         deduplication recognises a replay after a restart."""
         self.name, self.name_is_ours = name, True
-
-    def journal_queued(self) -> None:
-        """The write-ahead journal watches this producer: keep what is queued for it."""
-        self.unjournalled = []
 
     def retire(self) -> None:
         """Its sender is gone: closed on the broker once nothing is left to settle."""
@@ -295,28 +286,27 @@ class PartitionProducer:
                 queue.split_stored(index)
                 batch = pending[index]
             if not batch.frame:  # first send (a batch from the spool may keep its ids)
-                fresh, first_id = batch.sequence_id < 0, queue.id_for(batch)
+                queue.assign(batch)
                 try:
                     if batch.count == 1 and (
                         len(batch.payload) > limit or is_delayed(batch.payload, 4)
                     ):  # too large for a batch, or delayed: never batched
-                        framed = frame_single(self, batch, first_id, publish_time_ms,
-                                              max_frame_size)  # fmt: skip
+                        framed = frame_single(self, batch, publish_time_ms, max_frame_size)
                     else:
-                        framed = frame_batch(self, batch, first_id, publish_time_ms, limit)
+                        framed = frame_batch(self, batch, publish_time_ms, limit)
                         if not framed and batch.count > 1:
                             queue.split(index)
+                            out.split_from[pending[index]] = batch
+                            out.split_from[pending[index + 1]] = batch
                             continue
                         if not framed:
-                            framed = frame_single(self, batch, first_id, publish_time_ms,
-                                                  max_frame_size)  # fmt: skip
+                            framed = frame_single(self, batch, publish_time_ms, max_frame_size)
                 except EncryptionError:  # discarded, never sent in plaintext instead
                     out.rejected.append((queue.remove_unsent(index), reasons.ENCRYPTION_FAILED))
                     continue
                 if not framed:
                     out.rejected.append((queue.remove_unsent(index), reasons.TOO_LARGE))
                     continue
-                queue.numbered(batch, fresh)
             elif batch.send_attempts:
                 if max_attempts and batch.failed_sends >= max_attempts:
                     why = reasons.given_up(reasons.RETRIES_EXHAUSTED, batch)

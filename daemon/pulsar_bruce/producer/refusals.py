@@ -21,6 +21,7 @@ batch lost unanswered with its connection may be stored.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 
 from pulsar_bruce import reasons
 from pulsar_bruce.batch.batch_builder import unframe
@@ -28,8 +29,8 @@ from pulsar_bruce.model.batch import SealedBatch
 
 
 class Refusals:
-    """The refusal rules of :class:`~.batch_queue.BatchQueue` (its base): refused batches
-    are those in its queue with a ``replacement``."""
+    """The refusal rules of :class:`~.batch_queue.BatchQueue` (its base), which keeps the
+    refused batches and what goes in their place (nothing of it is kept on a batch)."""
 
     _pending: deque[SealedBatch]
     _in_flight: int
@@ -38,7 +39,7 @@ class Refusals:
     def __init__(self) -> None:
         #: Refused batches waiting in the queue, and the highest id that may be stored among
         #: the batches answered (or lost unanswered) since the first of them was refused.
-        self._refused = 0
+        self._refused: dict[SealedBatch, list[SealedBatch]] = {}
         self._stored_top = -1
         #: What :meth:`release` decided, for the producer to report at its next write: a
         #: sender's refused batches with the reason, and batches renumbered that an earlier
@@ -51,7 +52,11 @@ class Refusals:
 
     @property
     def refused(self) -> int:
-        return self._refused
+        return len(self._refused)
+
+    def replacing(self, batch: SealedBatch) -> list[SealedBatch] | None:
+        """What goes in the place of the refused ``batch`` (None: it is not refused)."""
+        return self._refused.get(batch)
 
     @property
     def releasable(self) -> bool:
@@ -59,7 +64,7 @@ class Refusals:
         answered: receipts count only while a batch is unanswered)."""
         pending = self._pending
         return all(
-            pending[i].replacement is not None and pending[i].receipts >= pending[i].frames
+            pending[i] in self._refused and pending[i].receipts >= pending[i].frames
             for i in range(self._in_flight)
         )
 
@@ -67,10 +72,11 @@ class Refusals:
         """The broker refused the in-flight ``batch`` before deduplication saw it: it waits in
         place until the batches written after it are answered (:meth:`release`), then
         ``replacement`` (itself, or its halves, each message under its id) goes in its place."""
-        assert batch.replacement is None and self.in_flight_batch(batch.sequence_id) is batch
-        batch.replacement = replacement
+        assert batch not in self._refused and self.in_flight_batch(batch.sequence_id) is batch
+        if replacement != [batch]:
+            self._keep_ids(batch, replacement)
+        self._refused[batch] = replacement
         batch.receipts += 1  # the refusal answers one of its frames (of a message in chunks)
-        self._refused += 1
 
     def release(self) -> None:
         """Every batch written after the refused ones is answered (or lost unanswered): a
@@ -80,11 +86,10 @@ class Refusals:
         index, renumbered = 0, []
         while index < len(pending) and self._refused:
             batch = pending[index]
-            if batch.replacement is None:
+            parts = self._refused.pop(batch, None)
+            if parts is None:
                 index += 1
                 continue
-            parts, batch.replacement = batch.replacement, None
-            self._refused -= 1
             del pending[index]
             if batch.sequence_id > top:
                 for part in reversed(parts):
@@ -95,7 +100,7 @@ class Refusals:
                     if part.may_be_stored:
                         self.possibly_stored.append(part)
                     unframe(part)
-                    part.renumbered()
+                    self._take_ids_back(part)
                 renumbered += parts
             else:
                 why = reasons.BROKER_REJECTED if parts == [batch] else reasons.TOO_LARGE
@@ -106,6 +111,23 @@ class Refusals:
         for part in reversed(renumbered):
             pending.insert(at, part)
         self._in_flight, self._stored_top = 0, -1
+
+    @staticmethod
+    def _keep_ids(whole: SealedBatch, parts: Iterable[SealedBatch]) -> None:
+        """``parts`` of ``whole``, in order: each message keeps its id (none if it has none)."""
+        if whole.sequence_id < 0:
+            return
+        next_id = whole.sequence_id
+        for part in parts:
+            part.sequence_id, part.producer_name = next_id, whole.producer_name
+            next_id += part.count
+
+    @staticmethod
+    def _take_ids_back(batch: SealedBatch) -> None:
+        """``batch`` goes under new ids (the next ones, when it is framed): no write under
+        them yet; what it may be stored as before is remembered (``stored_before``)."""
+        batch.forget_writes()
+        batch.sequence_id, batch.producer_name = -1, ""
 
     def _acked(self, index: int) -> SealedBatch:
         """A receipt took ``pending[index]``: while a refused batch waits, its ids may be stored
@@ -122,7 +144,7 @@ class Refusals:
         pending = self._pending
         for index in range(self._in_flight):
             batch = pending[index]
-            if batch.replacement is not None and batch.sequence_id <= sequence_id <= (
+            if batch in self._refused and batch.sequence_id <= sequence_id <= (
                 batch.highest_sequence_id
             ):
                 batch.receipts += 1
@@ -135,7 +157,7 @@ class Refusals:
         pending = self._pending
         for index in range(self._in_flight):
             batch = pending[index]
-            if batch.replacement is None or batch.receipts < batch.frames:
+            if batch not in self._refused or batch.receipts < batch.frames:
                 self._stored_top = max(self._stored_top, batch.highest_sequence_id)
 
     def _remove_in_flight(self, index: int) -> SealedBatch:

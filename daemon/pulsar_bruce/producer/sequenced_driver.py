@@ -21,7 +21,7 @@ from pulsar_bruce.connection.pool import ConnectionPool
 from pulsar_bruce.frame import commands
 from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.parse.deliver_at import epoch_ms
-from pulsar_bruce.producer.delivery import DeliveryListener, DeliveryPolicy
+from pulsar_bruce.producer.delivery import DeliveryListener, DeliveryPolicy, SendJournal
 from pulsar_bruce.producer.driver import ProducerDriver
 from pulsar_bruce.producer.faults import Refusal, creation_refusal
 from pulsar_bruce.producer.partition_producer import PartitionProducer
@@ -47,10 +47,13 @@ class SequencedDriver(ProducerDriver):
         listener: DeliveryListener,
         delivery: DeliveryPolicy | None = None,
         *,
+        journal: SendJournal,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = epoch_ms,
     ):
-        super().__init__(producer, pool, listener, delivery, clock=clock, wall_ms=wall_ms)
+        super().__init__(
+            producer, pool, listener, delivery, journal=journal, clock=clock, wall_ms=wall_ms
+        )
         #: The producer is closed on the broker: its topic manager may forget it.
         self.closed = False
 

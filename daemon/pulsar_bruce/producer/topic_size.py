@@ -30,8 +30,8 @@ def over_topic_limit(message: str) -> bool:
 
 def halves_for_topic_limit(batch: SealedBatch) -> tuple[int, list[SealedBatch]]:
     """The batch size limit learnt from ``batch``'s refusal, and the batches to send in its
-    place: two halves, each message under its id, replacing ``batch`` in the journal (none
-    for a single message, which is discarded)."""
+    place: two halves (each message keeps its id: ``BatchQueue.refuse`` hands them),
+    replacing ``batch`` in the journal (none for a single message, which is discarded)."""
     entries = batch.payload if batch.payload or not batch.frame else batch_entries_of(batch)
     limit = max(MIN_BATCH_BYTES, len(entries) // 2)
     if batch.count < 2:
@@ -40,12 +40,8 @@ def halves_for_topic_limit(batch: SealedBatch) -> tuple[int, list[SealedBatch]]:
         count=batch.count,
         payload=entries,
         buffer_bytes=batch.buffer_bytes,
-        sequence_id=batch.sequence_id,
         tags=batch.tags,
         created_at=batch.created_at,
-        producer_name=batch.producer_name,
-        journal=batch.journal,
-        replaces=batch.replaces,
     )
     whole.inherit(batch)  # an earlier write may be stored: its halves' -1:-1 is our copy
     first, rest = split_batch(whole)

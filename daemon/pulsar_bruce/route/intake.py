@@ -281,13 +281,19 @@ class Intake:
             self.ledger.readmit(spooled.count, charge)
             self.ledger.discard(reasons.BAD_TOPIC, spooled.count, charge, None)
             return
-        batch = SealedBatch(count=spooled.count, payload=spooled.entries, buffer_bytes=charge)
-        if spooled.producer_name and spooled.sequence_id >= 0:
-            # Sent before: offer its producer name and sequence ids again (see queue_sealed).
-            batch.sequence_id, batch.producer_name = spooled.sequence_id, spooled.producer_name
-        # Sent before, or refused after a write that may be stored (a name without ids):
-        # new ids cannot be dropped as duplicates of that copy.
-        batch.stored_before = bool(spooled.producer_name) and spooled.sequence_id < 0
+        kept = spooled.producer_name and spooled.sequence_id >= 0
+        # Sent before: it offers its producer name and sequence ids again; the queue decides
+        # whether it keeps them (``BatchQueue.replay``).
+        batch = SealedBatch(
+            count=spooled.count,
+            payload=spooled.entries,
+            buffer_bytes=charge,
+            sequence_id=spooled.sequence_id if kept else -1,
+            producer_name=spooled.producer_name if kept else "",
+        )
+        # Sent before, or refused after a write that may be stored: new ids cannot be
+        # dropped as duplicates of that copy.
+        batch.stored_before = spooled.stored_before
         self.ledger.readmit(spooled.count, charge)
         if spooled.sequence_id >= 0 or batch.stored_before:  # the broker may have it already
             self.ledger.possible_duplicate(spooled.count)

@@ -13,59 +13,30 @@ not settled: batches that had been sent keep their producer name and ids, so
 a namespace with deduplication drops the copies it had stored.
 
 The intake and the producers never call this per message: the journal looks
-at the batches the topic manager says were touched, once per drain.
+at the batches the topic manager says were touched, once per drain.  What it
+holds of each batch (open or sealed) is its own: a ``JournalEntry``, keyed by
+the batch; a producer only says what it queued since (``BatchQueue.take_queued``)
+and what it split (``Outgoing.split_from``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
 
 from pulsar_bruce.batch.batch_builder import BatchBuilder, batch_entries_of
-from pulsar_bruce.model.batch import JournalEntry, SealedBatch
+from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.vocabulary import FsyncPolicy
-from pulsar_bruce.producer.partition_producer import PartitionProducer
+from pulsar_bruce.producer.partition_producer import Outgoing, PartitionProducer
 from pulsar_bruce.spool import journal_records as jr
 from pulsar_bruce.spool.journal_files import SegmentFiles
+from pulsar_bruce.spool.journal_items import JournalEntry, WaitGroup, WaitingTopic
 
 log = logging.getLogger(__name__)
 
 
-class WaitingTopic(Protocol):
-    """What of a route-layer ``Topic`` the journal reads (that layer sits above this one)."""
-
-    name: str
-
-    @property
-    def unrouted(self) -> list[Any]: ...  # WaitingMessage: ``.data`` is the datagram
-
-    @property
-    def unrouted_batches(self) -> list[tuple[int, SealedBatch]]: ...
-
-    @property
-    def producers(self) -> Sequence[PartitionProducer]: ...
-
-
-class _WaitGroup:
-    """The journalled messages of one topic that wait for its partition count."""
-
-    __slots__ = ("count", "journal", "last")
-
-    def __init__(self) -> None:
-        self.journal: JournalEntry | None = None
-        #: Messages of ``unrouted`` journalled, and the last of them (to tell that the
-        #: list was emptied, by routing or discarding, and filled again since).
-        self.count = 0
-        self.last: object = None
-
-    def reset(self) -> None:
-        """Its messages were routed, discarded or journalled afresh: a new group next time."""
-        self.journal, self.count, self.last = None, 0, None
-
-
-_Holder = BatchBuilder | SealedBatch | _WaitGroup
+_Holder = BatchBuilder | SealedBatch | WaitGroup
 
 
 class Journal:
@@ -86,9 +57,13 @@ class Journal:
         self.files = SegmentFiles(self.directory, FsyncPolicy(fsync), segment_bytes)
         self.max_segments = max(2, max_segments)
         self._live: dict[int, _Holder] = {}
+        #: What is journalled of each open or sealed batch (a wait group holds its own).
+        self._entries: dict[BatchBuilder | SealedBatch, JournalEntry] = {}
+        #: Parts of a split batch not journalled yet: the item of the batch they replace.
+        self._replaces: dict[SealedBatch, int] = {}
         self._segment_items: dict[int, set[int]] = {}
         self._touched: set[PartitionProducer] = set()
-        self._waiting: dict[WaitingTopic, _WaitGroup] = {}
+        self._waiting: dict[WaitingTopic, WaitGroup] = {}
         self._where: dict[int, tuple[bytes, int]] = {}
         self._out: list[bytes] = []
         self._settled: list[int] = []
@@ -130,11 +105,10 @@ class Journal:
     # -- what the topic manager tells ---------------------------------------------------------
 
     def producer_added(self, producer: PartitionProducer, topic: str, partition: int) -> None:
-        producer.journal_queued()
         self._where[producer.producer_id] = (topic.encode(), partition)
 
     def topic_added(self, topic: WaitingTopic) -> None:
-        self._waiting[topic] = _WaitGroup()
+        self._waiting[topic] = WaitGroup()
 
     def touched(self, producer: PartitionProducer) -> None:
         """``producer``'s open batch got its first message, or a batch was queued."""
@@ -162,11 +136,8 @@ class Journal:
         where = self._where.get(producer.producer_id)
         if where is None or self.stopped is not None:
             return
-        queued = producer.unjournalled
-        if queued:
-            for batch in queued:
-                self._queued(batch, where)
-            queued.clear()
+        for batch, sealed_from in producer.queue.take_queued():
+            self._queued(batch, where, sealed_from)
         builder = producer.batch
         if builder.keys is None:
             self._open_tail(builder, where)
@@ -174,20 +145,25 @@ class Journal:
             for key_batch in builder.keys.values():
                 self._open_tail(key_batch, where)
 
-    def sent(self, producer: PartitionProducer, batches: list[SealedBatch]) -> None:
-        """Before ``batches`` are written: the ids each goes under (halves of a split batch
-        are journalled first, and replace the batch they came from)."""
+    def sent(self, producer: PartitionProducer, out: Outgoing) -> None:
+        """Before ``out``'s batches are written: the ids each goes under (parts of a batch
+        split, ``out.split_from``, are journalled first, and replace the batch they came
+        from)."""
         if self.stopped is not None:
             return
-        where = self._where.get(producer.producer_id, (producer.topic.encode(), 0))
+        if out.split_from:
+            self._parts(out.split_from)
+        where = self._where.get(producer.producer_id)
+        if where is None:  # not one it journals (a sender's)
+            return
         replaced = []
-        for batch in batches:
-            entry = batch.journal
+        for batch in out.batches:
+            entry = self._entries.get(batch)
             if entry is None:
                 entry = self._journal_whole(batch, where)
-                if batch.replaces >= 0:
-                    replaced.append(batch.replaces)
-                    batch.replaces = -1
+                whole = self._replaces.pop(batch, -1)
+                if whole >= 0:
+                    replaced.append(whole)
             if entry.numbered != batch.sequence_id:
                 name = batch.producer_name or producer.name or ""
                 self._out.append(jr.number(entry.item, batch.sequence_id, where[1], name))
@@ -201,24 +177,33 @@ class Journal:
 
     def refused(self, producer: PartitionProducer, batch: SealedBatch) -> None:
         """The broker refused ``batch`` while later batches may be stored: a replay takes new
-        ids (the record's id -1; the producer name kept when an earlier write of it may be
+        ids (the record's id -1; flagged ``stored_before`` when an earlier write of it may be
         stored, so the replay counts as a possible duplicate).  Written at once: a crash
-        before the next write would replay it under ids the broker takes for duplicates."""
-        entry = batch.journal
-        if self.stopped is not None or entry is None or entry.numbered < 0:
+        before the next write would replay it under ids the broker takes for duplicates.
+        What goes in its place (halves, for the topic's size limit) replaces it."""
+        if self.stopped is not None:
             return
-        where = self._where.get(producer.producer_id, (producer.topic.encode(), 0))
-        name = entry.sent_as if batch.may_be_stored else ""
-        self._out.append(jr.number(entry.item, -1, where[1], name))
-        entry.numbered, entry.sent_as = -1, name
+        parts = producer.queue.replacing(batch)
+        if parts is not None and parts != [batch]:
+            self._parts(dict.fromkeys(parts, batch))
+        entry = self._entries.get(batch)
+        where = self._where.get(producer.producer_id)
+        if entry is None or entry.numbered < 0 or where is None:
+            return
+        stored = batch.may_be_stored
+        self._out.append(jr.number(entry.item, -1, where[1], "", stored_before=stored))
+        entry.numbered, entry.sent_as, entry.stored_before = -1, "", stored
         self._write()
 
     def settled(self, batch: SealedBatch) -> None:
         """``batch`` was acked or discarded: recorded at the next write."""
-        if batch.journal is not None:
-            self._settle(batch.journal.item)
-        elif batch.replaces >= 0:
-            self._settle(batch.replaces)
+        entry = self._entries.get(batch)
+        if entry is not None:
+            self._settle(entry.item)
+        elif self._replaces:
+            whole = self._replaces.pop(batch, -1)
+            if whole >= 0:
+                self._settle(whole)
 
     def tick(self) -> None:
         """About once a second: record what settled meanwhile; fsync per ``interval``."""
@@ -236,25 +221,46 @@ class Journal:
         entry = JournalEntry(self._next_item, topic, partition)
         self._next_item += 1
         self._live[entry.item] = holder
+        if not isinstance(holder, WaitGroup):
+            self._entries[holder] = entry
         return entry
+
+    def _parts(self, split_from: Mapping[SealedBatch, SealedBatch]) -> None:
+        """Parts of split batches (in the order they were cut): each replaces the journalled
+        batch its whole is, or replaces."""
+        replaces = self._replaces
+        for part, whole in split_from.items():
+            entry = self._entries.get(whole)
+            item = entry.item if entry is not None else replaces.get(whole, -1)
+            if item >= 0:
+                replaces[part] = item
+        for whole in split_from.values():  # a part cut again: its parts stand for it now
+            replaces.pop(whole, None)
 
     def _open_tail(self, builder: BatchBuilder, where: tuple[bytes, int]) -> None:
         size = builder.size
-        entry = builder.journal
+        entry = self._entries.get(builder)
         if entry is None:
             if not size:
                 return
-            entry = builder.journal = self._new_entry(builder, *where)
+            entry = self._new_entry(builder, *where)
         elif size <= entry.journalled_bytes:
             return
         self._piece(entry, builder.tail(entry.journalled_bytes), builder.count)
 
-    def _queued(self, batch: SealedBatch, where: tuple[bytes, int]) -> None:
-        entry = batch.journal
+    def _queued(
+        self, batch: SealedBatch, where: tuple[bytes, int], sealed_from: BatchBuilder | None
+    ) -> None:
+        entries = self._entries
+        entry = entries.get(batch)
+        if entry is None and sealed_from is not None:
+            entry = entries.pop(sealed_from, None)  # what its open batch had journalled
+            if entry is not None:
+                entries[batch] = entry
+                self._live[entry.item] = batch
         if entry is None:
             entry = self._journal_whole(batch, where)
         else:
-            self._live[entry.item] = batch  # it was its open batch's until it was sealed
             if entry.journalled_bytes < len(batch.payload):
                 self._piece(entry, batch.payload[entry.journalled_bytes :], batch.count)
         if batch.sequence_id >= 0 and batch.producer_name and entry.numbered < 0:
@@ -262,13 +268,13 @@ class Journal:
                 jr.number(entry.item, batch.sequence_id, entry.partition, batch.producer_name)
             )  # ids kept from the spool or an earlier journal
             entry.numbered, entry.sent_as = batch.sequence_id, batch.producer_name
-        elif batch.sequence_id < 0 and batch.stored_before and not entry.sent_as:
-            name = "?"  # no ids, but a name: an earlier copy may be stored (see ``refused``)
-            self._out.append(jr.number(entry.item, -1, entry.partition, name))
-            entry.sent_as = name
+        elif batch.sequence_id < 0 and batch.stored_before and not entry.stored_before:
+            # no ids, but an earlier copy may be stored (see ``refused``)
+            self._out.append(jr.number(entry.item, -1, entry.partition, "", stored_before=True))
+            entry.stored_before = True
 
     def _journal_whole(self, batch: SealedBatch, where: tuple[bytes, int]) -> JournalEntry:
-        entry = batch.journal = self._new_entry(batch, *where)
+        entry = self._new_entry(batch, *where)
         self._piece(entry, batch.payload or batch_entries_of(batch), batch.count)
         return entry
 
@@ -289,6 +295,8 @@ class Journal:
     def _settle(self, item: int) -> None:
         if self._release(item):
             self._settled.append(item)
+            if self._replaces:  # parts of it that never went (given up with it) stand for none
+                self._replaces = {p: i for p, i in self._replaces.items() if i != item}
 
     def _record_settled(self) -> None:
         if self._settled:
@@ -298,15 +306,18 @@ class Journal:
     def _release(self, item: int) -> bool:
         """``item`` no longer pins its segments; False if it was not live."""
         holder = self._live.pop(item, None)
-        if holder is None or holder.journal is None:
+        if holder is None:
             return False
-        for segment in holder.journal.segments:
+        entry = holder.journal if isinstance(holder, WaitGroup) else self._entries.pop(holder, None)
+        if entry is None:
+            return False
+        for segment in entry.segments:
             items = self._segment_items.get(segment)
             if items is not None:
                 items.discard(item)
         return True
 
-    def _sync_waiting(self, topic: WaitingTopic, group: _WaitGroup) -> None:
+    def _sync_waiting(self, topic: WaitingTopic, group: WaitGroup) -> None:
         unrouted = topic.unrouted
         emptied = len(unrouted) < group.count or (
             group.count and unrouted[group.count - 1] is not group.last
@@ -316,8 +327,8 @@ class Journal:
             self._release(group.journal.item)
             group.reset()
         for partition, batch in topic.unrouted_batches:
-            if batch.journal is None:
-                self._queued(batch, (topic.name.encode(), partition))
+            if batch not in self._entries:
+                self._queued(batch, (topic.name.encode(), partition), None)
         if topic.producers:
             del self._waiting[topic]
             return
@@ -362,9 +373,9 @@ class Journal:
         """Write what is still unsettled in segment ``oldest`` again, so it can be deleted."""
         for item in list(self._segment_items[oldest]):
             holder = self._live[item]
-            entry = holder.journal
+            entry = holder.journal if isinstance(holder, WaitGroup) else self._entries[holder]
             assert entry is not None
-            if isinstance(holder, _WaitGroup):
+            if isinstance(holder, WaitGroup):
                 self._out.append(jr.wait_done(item))
                 self._release(item)
                 holder.reset()  # journalled afresh by the next sync
@@ -379,6 +390,8 @@ class Journal:
             self._piece(entry, data, count)
             if entry.numbered >= 0:
                 self._out.append(jr.number(item, entry.numbered, entry.partition, entry.sent_as))
+            elif entry.stored_before:
+                self._out.append(jr.number(item, -1, entry.partition, "", stored_before=True))
         for topic, group in list(self._waiting.items()):
             if group.journal is None and topic.unrouted:
                 self._sync_waiting(topic, group)

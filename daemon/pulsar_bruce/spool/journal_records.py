@@ -9,7 +9,10 @@ the messages of one topic that wait for its partition count.
   string; a piece at offset 0 may repeat what earlier ones held (the journal
   copies a batch forward when it frees an old segment).
 - ``NUMBER``: the producer name and first sequence id a batch was sent under,
-  written before its frame reaches the broker.
+  written before its frame reaches the broker; or no ids (-1, no name), with a
+  flag byte after the name when an earlier write of the batch may be stored
+  (``STORED_BEFORE``).  Journals written before the flag marked that with a
+  name and no ids (``?`` where no name was known); both read the same.
 - ``SETTLED``: items acked, discarded or moved to the spool.
 - ``WAIT`` / ``WAIT_DONE``: a datagram waiting for its topic; all of a group's
   messages were routed (their pieces follow) or discarded.
@@ -39,6 +42,8 @@ KINDS: Final = (PIECE, NUMBER, SETTLED, WAIT, WAIT_DONE)
 _PIECE_HEAD = struct.Struct(">QIIiH")  # item, offset, messages, partition, topic length
 _NUMBER_HEAD = struct.Struct(">QqiH")  # item, first sequence id, partition, name length
 _ITEM = struct.Struct(">Q")
+#: The flag byte after a ``NUMBER`` record's name: an earlier write may be stored.
+STORED_BEFORE: Final = b"\x01"
 _WAIT_HEAD = struct.Struct(">QH")  # group item, topic length
 
 
@@ -49,9 +54,14 @@ def piece(
     return records.encode(PIECE, head + topic + entries)
 
 
-def number(item: int, sequence_id: int, partition: int, producer_name: str) -> bytes:
+def number(
+    item: int, sequence_id: int, partition: int, producer_name: str, stored_before: bool = False
+) -> bytes:
+    """The ids ``item`` goes under (-1: none); ``stored_before``: an earlier write of it may be
+    stored (a reader before the flag ignores the byte after the name)."""
     name = producer_name.encode()
-    return records.encode(NUMBER, _NUMBER_HEAD.pack(item, sequence_id, partition, len(name)) + name)
+    head = _NUMBER_HEAD.pack(item, sequence_id, partition, len(name))
+    return records.encode(NUMBER, head + name + (STORED_BEFORE if stored_before else b""))
 
 
 def settled(items: list[int]) -> bytes:
@@ -89,6 +99,7 @@ class _Item:
     pieces: list[tuple[int, bytes]] = field(default_factory=list)
     sequence_id: int = -1
     producer_name: str = ""
+    stored_before: bool = False
     #: WAIT groups: the datagrams, in order.
     datagrams: list[bytes] = field(default_factory=list)
 
@@ -134,7 +145,13 @@ def recover(segments: list[bytes]) -> Recovered:
         count = len(entry_offsets(entries))
         result.batches.append(
             SpooledBatch(
-                item.topic, item.partition, item.sequence_id, count, entries, item.producer_name
+                item.topic,
+                item.partition,
+                item.sequence_id,
+                count,
+                entries,
+                item.producer_name,
+                item.stored_before,
             )
         )
     return result
@@ -157,7 +174,12 @@ def _apply(
         item_id, sequence_id, partition, name_length = _NUMBER_HEAD.unpack_from(body)
         item = items.setdefault(item_id, _Item())
         item.sequence_id, item.partition = sequence_id, partition
-        item.producer_name = body[_NUMBER_HEAD.size : _NUMBER_HEAD.size + name_length].decode()
+        end = _NUMBER_HEAD.size + name_length
+        name = body[_NUMBER_HEAD.size : end].decode()
+        flagged = body[end : end + 1] == STORED_BEFORE
+        # Before the flag, a name without ids said the same ("?": no name known).
+        item.stored_before = sequence_id < 0 and (flagged or bool(name))
+        item.producer_name = name if sequence_id >= 0 else ""
     else:  # WAIT
         item_id, topic_length = _WAIT_HEAD.unpack_from(body)
         item = items.setdefault(item_id, _Item())

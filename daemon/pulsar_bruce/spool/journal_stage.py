@@ -12,9 +12,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from pulsar_bruce.model.batch import SealedBatch
-from pulsar_bruce.producer.delivery import Unjournalled
-from pulsar_bruce.producer.partition_producer import PartitionProducer
-from pulsar_bruce.spool.journal import WaitingTopic
+from pulsar_bruce.producer.partition_producer import Outgoing, PartitionProducer
+from pulsar_bruce.spool.journal_items import WaitingTopic
 from pulsar_bruce.spool.journal_records import Recovered
 
 
@@ -50,8 +49,9 @@ class JournalStage(Protocol):
     def sync_producer(self, producer: PartitionProducer) -> None:
         """Write what ``producer`` queued, before it is framed."""
 
-    def sent(self, producer: PartitionProducer, batches: list[SealedBatch]) -> None:
-        """Write the sequence ids ``batches`` go under, before they are written."""
+    def sent(self, producer: PartitionProducer, out: Outgoing) -> None:
+        """Write the sequence ids ``out``'s batches go under, before they are written (parts
+        of a batch split replace it)."""
 
     def refused(self, producer: PartitionProducer, batch: SealedBatch) -> None:
         """Write that ``batch`` no longer holds its ids (the broker refused it)."""
@@ -63,8 +63,9 @@ class JournalStage(Protocol):
         """About once a second: record what settled meanwhile."""
 
 
-class NoJournal(Unjournalled):
-    """The journal stage without a journal: a crash loses what memory holds (docs/delivery.md)."""
+class NoJournal:
+    """The journal stage without a journal: a crash loses what memory holds (docs/delivery.md).
+    The one null journal: the drivers get it too (``producer/delivery.py``'s ``SendJournal``)."""
 
     write_ahead = False
 
@@ -87,6 +88,15 @@ class NoJournal(Unjournalled):
         pass
 
     def sync(self, consume: tuple[int, int] | None = None) -> None:
+        pass
+
+    def sync_producer(self, producer: PartitionProducer) -> None:
+        pass
+
+    def sent(self, producer: PartitionProducer, out: Outgoing) -> None:
+        pass
+
+    def refused(self, producer: PartitionProducer, batch: SealedBatch) -> None:
         pass
 
     def settled(self, batch: SealedBatch) -> None:

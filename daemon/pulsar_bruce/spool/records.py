@@ -89,6 +89,9 @@ class SpooledBatch:
     entries: bytes
     #: The producer name ``sequence_id`` belongs to (empty: the batch had not been sent).
     producer_name: str = ""
+    #: Without ids, but an earlier write of it may be stored (its replay is a possible
+    #: duplicate): the journal's record says so (``journal_records.number``).
+    stored_before: bool = False
 
 
 def decode_batch(body: bytes, kind: int = BATCH) -> SpooledBatch:
@@ -102,7 +105,10 @@ def decode_batch(body: bytes, kind: int = BATCH) -> SpooledBatch:
         start += _NAME_LENGTH.size
         producer_name = body[start : start + producer_length].decode()
         start += producer_length
-    return SpooledBatch(topic, partition, sequence_id, count, body[start:], producer_name)
+    stored_before = bool(producer_name) and sequence_id < 0  # (as the journal's older records)
+    return SpooledBatch(
+        topic, partition, sequence_id, count, body[start:], producer_name, stored_before
+    )
 
 
 @dataclass(slots=True)

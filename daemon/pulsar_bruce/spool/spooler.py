@@ -21,7 +21,6 @@ from collections.abc import Callable, Sized
 from typing import Protocol
 
 from pulsar_bruce.spool import records
-from pulsar_bruce.spool.journal_stage import NO_JOURNAL, JournalStage
 from pulsar_bruce.spool.policy import SpoolPolicy
 from pulsar_bruce.spool.records import SpooledBatch
 from pulsar_bruce.spool.store import SpoolStore
@@ -69,7 +68,6 @@ class Spooler:
         *,
         brokers: Brokers,
         writer: BatchWriter,
-        journal: JournalStage = NO_JOURNAL,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.store = store
@@ -79,7 +77,6 @@ class Spooler:
         self.brokers = brokers
         #: Journals and writes what a replay admitted (the topic manager).
         self.writer = writer
-        self.journal = journal
         #: Now, in seconds: the ticks' time (durability, the broker watch).
         self.clock = clock
         #: Where the disk refuses a write, memory keeps what it has room for.
@@ -110,7 +107,6 @@ class Spooler:
                 if now - last_sync >= _SYNC_EVERY_S:
                     if self.store.fsync == "interval":
                         self.store.sync()
-                    self.journal.tick()
                     last_sync = now
             except OSError as exc:
                 delay = min(delay * 2, _RETRY_MAX_S)

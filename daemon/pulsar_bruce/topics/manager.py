@@ -171,6 +171,7 @@ class TopicManager:
             self.pool,
             self.outcomes.for_topic(topic),
             self.delivery,
+            journal=self.journal,  # which journals only the producers it was told of
             clock=self.clock,
             wall_ms=self.wall_ms,
         )
@@ -265,7 +266,7 @@ class TopicManager:
                 producer.name_as(self.producer_name)
             self.journal.producer_added(producer, topic.name, index)
             self.drivers[producer.producer_id] = ProducerDriver(
-                producer, self.pool, listener, self.delivery, self.journal,
+                producer, self.pool, listener, self.delivery, journal=self.journal,
                 clock=self.clock, wall_ms=self.wall_ms,
             )  # fmt: skip
             self._by_broker_topic[name] = producer

@@ -11,6 +11,7 @@ from pulsar_bruce.frame import pulsar_api_pb2 as pb
 from pulsar_bruce.producer.delivery import DeliveryPolicy
 from pulsar_bruce.producer.driver import ProducerDriver
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
+from pulsar_bruce.spool.journal_stage import NO_JOURNAL
 
 from tests.support.fakes_asyncio import FakePool, RecordingListener, until
 
@@ -36,7 +37,9 @@ class Rig:
         self.producer = PartitionProducer(TOPIC, 0, PRODUCER_ID, policy or BatchPolicy())
         if name is not None:
             self.producer.name, self.producer.name_is_ours = name, True
-        self.driver = ProducerDriver(self.producer, pool, self.listener, delivery, clock=clock)
+        self.driver = ProducerDriver(
+            self.producer, pool, self.listener, delivery, journal=NO_JOURNAL, clock=clock
+        )
         self._values = 0
 
     def seal(self, count: int = 1) -> None:
@@ -97,7 +100,7 @@ def receipt(sequence_id: int, ledger: int, entry: int) -> pb.CommandSendReceipt:
 async def driver_for(topic: str, pool: FakePool) -> tuple[ProducerDriver, RecordingListener]:
     listener = RecordingListener()
     producer = PartitionProducer(topic, 0, PRODUCER_ID, BatchPolicy())
-    driver = ProducerDriver(producer, pool, listener, LONG)
+    driver = ProducerDriver(producer, pool, listener, LONG, journal=NO_JOURNAL)
     driver.start()
     await until(lambda: driver.connection is not None, "the connection")
     return driver, listener

@@ -122,10 +122,15 @@ class Process(BrokerAnswers):
         self.max_attempts = max_attempts
         for spooled in self.recovered.batches:  # as Intake.replay_batch does
             outcomes.replayed(values_in(spooled.entries))
-            batch = SealedBatch(spooled.count, spooled.entries, len(spooled.entries))
-            if spooled.producer_name and spooled.sequence_id >= 0:
-                batch.sequence_id, batch.producer_name = spooled.sequence_id, spooled.producer_name
-            elif spooled.producer_name:  # refused after a write that may be stored
+            kept = bool(spooled.producer_name) and spooled.sequence_id >= 0
+            batch = SealedBatch(
+                spooled.count,
+                spooled.entries,
+                len(spooled.entries),
+                sequence_id=spooled.sequence_id if kept else -1,
+                producer_name=spooled.producer_name if kept else "",
+            )
+            if spooled.stored_before:  # refused after a write that may be stored
                 batch.stored_before = True
                 outcomes.batches_possibly_stored([batch])
             appender = Appender()
@@ -161,11 +166,11 @@ class Process(BrokerAnswers):
             return
         self.journal.sync_producer(producer)
         out = producer.frames_to_send(1, self.max_frame, self.max_attempts)
+        self.journal.sent(producer, out)
         if out.possibly_stored:
             self.outcomes.batches_possibly_stored(out.possibly_stored)
         for batch, reason in out.rejected:
             self.listener.batch_discarded(batch, reason)
-        self.journal.sent(producer, out.batches)
         decoder = FrameDecoder()
         for frame in out.frames:
             for send in decoder.feed(frame):

@@ -531,6 +531,22 @@ def test_expire_removes_old_batches_from_the_head_only() -> None:
     assert producer.in_flight == 1 and [b.created_at for b in producer.pending] == [5.0]
 
 
+def test_the_queue_says_what_it_queued_since_its_last_framing_and_forgets_what_expired() -> None:
+    producer = make_producer()
+    open_batch = producer.batch
+    for created in (1.0, 5.0):
+        add_batch(producer, 1)
+        producer.pending[-1].created_at = created
+    second = producer.pending[1]
+    producer.expire(deadline=3.0)  # unsent, with nobody to take it: not held on to
+    assert list(producer.queue.take_queued()) == [(second, open_batch)]
+    assert producer.queue.take_queued() == ()
+    add_batch(producer, 1)
+    producer.on_registered("p-1", -1)
+    producer.frames_to_send(PUBLISH_TIME)
+    assert producer.queue.take_queued() == ()  # framed: the journal had its turn before
+
+
 # -- chunked messages ---------------------------------------------------------------------------
 
 

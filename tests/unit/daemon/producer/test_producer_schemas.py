@@ -26,6 +26,7 @@ from pulsar_bruce.route.outcomes import Outcomes
 from pulsar_bruce.route.registry import TopicRegistry
 from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.route.topic_settings import TopicConfigurator
+from pulsar_bruce.spool.journal_stage import NO_JOURNAL
 from pulsar_bruce.topics.manager import TopicManager
 
 from tests.support.fakes_asyncio import FakeBrokerConnection, FakePool, RecordingListener, until
@@ -59,7 +60,7 @@ class Rig:
         self.pool = pool
         self.listener = RecordingListener()
         self.producer = PartitionProducer(TOPIC, 0, 3, BatchPolicy(schema=schema))
-        self.driver = ProducerDriver(self.producer, pool, self.listener, LONG)
+        self.driver = ProducerDriver(self.producer, pool, self.listener, LONG, journal=NO_JOURNAL)
 
     def seal(self, count: int = 1) -> None:
         for index in range(count):

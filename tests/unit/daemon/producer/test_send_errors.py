@@ -23,6 +23,7 @@ from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.producer.delivery import DeliveryPolicy
 from pulsar_bruce.producer.driver import ProducerDriver
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
+from pulsar_bruce.spool.journal_stage import NO_JOURNAL
 
 _T = pb.BaseCommand
 TOPIC_A = "persistent://public/default/a"
@@ -188,7 +189,7 @@ def make_driver(
     producer = PartitionProducer(topic, 0, producer_id, BatchPolicy(max_delay_s=3600))
     producer.name, producer.name_is_ours = f"edge-{producer_id}", True
     outcomes = Outcomes()
-    driver = ProducerDriver(producer, Pool(wire), outcomes, delivery)  # type: ignore[arg-type]
+    driver = ProducerDriver(producer, Pool(wire), outcomes, delivery, journal=NO_JOURNAL)  # type: ignore[arg-type]
     driver.start()
     return driver, outcomes
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pulsar_bruce.batch.batch_builder import BatchBuilder, split_batch
 from pulsar_bruce.frame.codec import FrameDecoder
 from pulsar_bruce.model.batch import SealedBatch
+from pulsar_bruce.producer.batch_queue import BatchQueue
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.topic import Topic
@@ -141,7 +142,12 @@ def test_a_replayed_batch_goes_after_batches_already_numbered() -> None:
 
 
 def test_a_split_replay_keeps_each_message_its_id() -> None:
-    first, rest = split_batch(spooled(10, count=5))
+    whole = spooled(10, count=5)
+    assert split_batch(whole)[0].sequence_id == -1  # the queue hands the parts their ids
+    queue = BatchQueue()
+    queue.replay(whole, "edge", name_is_ours=True)
+    queue.split(0)
+    first, rest = queue.pending
     assert (first.sequence_id, first.highest_sequence_id) == (10, 11)
     assert (rest.sequence_id, rest.highest_sequence_id) == (12, 14)
     assert first.producer_name == rest.producer_name == "edge"

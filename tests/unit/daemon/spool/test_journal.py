@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from pulsar_bruce.batch.batch_builder import entry_offsets, split_batch
+from pulsar_bruce.batch.batch_builder import entry_offsets
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
 from pulsar_bruce.spool import journal_files
@@ -96,7 +96,7 @@ def test_a_sent_batch_comes_back_under_its_producer_name_and_ids(tmp_path: Path)
     p.on_registered("P-host-abc123", 41)
     journal.sync_producer(p)
     out = p.frames_to_send(1)
-    journal.sent(p, out.batches)
+    journal.sent(p, out)
     add(p, b"c")  # a second, unsent batch
     journal.touched(p)
     journal.sync()
@@ -127,8 +127,9 @@ def test_settled_batches_do_not_come_back_and_free_their_segments(tmp_path: Path
     assert len(list(tmp_path.glob("journal-*.log"))) <= 3  # batch 19's (two at most), the active
 
 
-def test_a_stuck_batch_is_copied_forward_and_the_journal_stays_bounded(tmp_path: Path) -> None:
-    journal, _ = start(tmp_path, segment_bytes=300, max_segments=3)
+def stuck_and_busy(directory: Path) -> tuple[Journal, PartitionProducer, PartitionProducer]:
+    """Small segments; partition 0 has one batch sent, never acknowledged; partition 1 none."""
+    journal, _ = start(directory, segment_bytes=300, max_segments=3)
     stuck, busy = producer(0), producer(1)
     journal.producer_added(stuck, "t", 0)
     journal.producer_added(busy, "t", 1)
@@ -138,7 +139,13 @@ def test_a_stuck_batch_is_copied_forward_and_the_journal_stays_bounded(tmp_path:
     stuck.seal()
     stuck.on_registered("P-host-abc123", -1)
     journal.sync_producer(stuck)
-    journal.sent(stuck, stuck.frames_to_send(1).batches)  # sent, never acknowledged
+    journal.sent(stuck, stuck.frames_to_send(1))
+    return journal, stuck, busy
+
+
+def keep_busy(journal: Journal, busy: PartitionProducer) -> None:
+    """Many batches journalled and settled: the journal rotates, copies the stuck batch forward
+    and deletes old segments."""
     for round_ in range(60):
         journal.touched(busy)
         add(busy, b"y" * 80, str(round_).encode())
@@ -146,6 +153,11 @@ def test_a_stuck_batch_is_copied_forward_and_the_journal_stays_bounded(tmp_path:
         journal.sync()
         journal.settled(busy.pending.pop())
         journal.tick()
+
+
+def test_a_stuck_batch_is_copied_forward_and_the_journal_stays_bounded(tmp_path: Path) -> None:
+    journal, _, busy = stuck_and_busy(tmp_path)
+    keep_busy(journal, busy)
     assert len(list(tmp_path.glob("journal-*.log"))) <= 4
     back = crash_and_recover(tmp_path)
     assert [(b.partition, b.count, b.sequence_id, b.producer_name) for b in back.batches] == [
@@ -218,11 +230,13 @@ def test_the_halves_of_a_split_batch_replace_it(tmp_path: Path) -> None:
     journal.sync()
     p.seal()
     journal.sync()
-    whole = p.pending.pop()
-    first, rest = split_batch(whole)
-    p.pending.extend((first, rest))
+    whole = p.pending[0]
+    p.queue.split(0)
+    first, rest = p.pending
     p.on_registered("P-host-abc123", -1)
-    journal.sent(p, p.frames_to_send(1).batches)
+    out = p.frames_to_send(1)
+    out.split_from.update({first: whole, rest: whole})  # as a frame too small would have it
+    journal.sent(p, out)
     back = crash_and_recover(tmp_path)
     assert [(values_of(b.entries), b.sequence_id) for b in back.batches] == [
         ([b"1", b"2"], 0),
@@ -240,13 +254,13 @@ def test_a_restart_reads_what_was_left_numbers_after_it_and_drops_it_once_copied
     assert [values_of(b.entries) for b in recovered.batches] == [[b"left"]]
     q = producer()
     again.producer_added(q, "t", 0)
-    q.unjournalled = [SealedBatch(count=1, payload=recovered.batches[0].entries, buffer_bytes=1)]
+    q.replay(SealedBatch(count=1, payload=recovered.batches[0].entries, buffer_bytes=1))
     again.touched(q)
     again.drop_previous()
     assert len(list(tmp_path.glob("journal-*.log"))) == 1
     back = crash_and_recover(tmp_path)
     assert [values_of(b.entries) for b in back.batches] == [[b"left"]]
-    assert q.unjournalled == [] and q.pending == type(q.pending)()
+    assert q.queue.take_queued() == ()  # the journal took it
     items = {jr.recover([path.read_bytes()]).last_item for path in tmp_path.glob("journal-*")}
     assert items == {recovered.last_item + 1}
 
