@@ -112,10 +112,7 @@ class Server:
         config = self.config
         if config.metrics_listen is not None:
             host, port = config.metrics_listen
-            metrics = self.metrics
-            self.metrics_server = MetricsServer(
-                metrics.registry, host, port, status=self.status_document, select=metrics.select
-            )
+            self.metrics_server = MetricsServer(self.metrics, host, port, status=self)
             await self.metrics_server.start()
             self._status_url = status_file.status_url(host, self.metrics_server.port)
         datagram_socket, stream_socket = self._open_input_sockets()
@@ -264,6 +261,7 @@ class Server:
         return own, activated_stream
 
     def status_document(self) -> dict[str, Any]:
+        """What ``/status`` shows (the metrics server asks at each request)."""
         return status_document(
             started_at=self.started_at,
             socket=self.socket_name,

@@ -30,7 +30,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pulsar_bruce.connection.auth import TOKEN_METHOD, AuthSetupError
 from pulsar_bruce.model.secret import Secret
@@ -177,6 +177,15 @@ def _oauth_error(exc: urllib.error.HTTPError) -> str:
     return f": {data['error']}" + (f" ({description})" if isinstance(description, str) else "")
 
 
+class TokenSource(Protocol):
+    """Where tokens come from (:class:`TokenClient`): a blocking call, made on a thread."""
+
+    @property
+    def issuer_url(self) -> str: ...
+
+    def fetch(self) -> AccessToken: ...
+
+
 class OAuth2Auth:
     """An :class:`~pulsar_bruce.connection.auth.AuthProvider` whose token comes from an issuer."""
 
@@ -184,14 +193,13 @@ class OAuth2Auth:
 
     def __init__(
         self,
-        fetch: Callable[[], AccessToken],
+        source: TokenSource,
         *,
-        issuer: str,
         clock: Callable[[], float] = time.monotonic,
         backoff_s: tuple[float, float] = (1.0, 60.0),
     ):
-        self._fetch = fetch
-        self.issuer = issuer
+        self.source = source
+        self.issuer = source.issuer_url
         self._clock = clock
         self._backoff_s = backoff_s
         self._token: Secret | None = None
@@ -235,7 +243,7 @@ class OAuth2Auth:
         failures = 0
         while True:
             try:
-                token = await asyncio.to_thread(self._fetch)
+                token = await asyncio.to_thread(self.source.fetch)
                 break
             except IssuerError as exc:
                 failures += 1
@@ -279,4 +287,4 @@ def oauth2_auth(options: OAuth2Options, ssl_context: ssl.SSLContext | None) -> O
         scope=options.scope,
         ssl_context=ssl_context,
     )
-    return OAuth2Auth(client.fetch, issuer=client.issuer_url)
+    return OAuth2Auth(client)

@@ -21,6 +21,7 @@ import mmap
 import os
 import socket
 from collections.abc import Callable
+from typing import Protocol
 
 from pulsar_bruce.native import INTAKE_DESCRIPTION, PYTHON_BY_CHOICE, compiled
 
@@ -81,6 +82,18 @@ def kernel_queue_length(path: str = QLEN_PATH) -> int | None:
         return None
 
 
+class ReadStage(Protocol):
+    """The pipeline as the reader sees it (``Pipeline``): the reader's only calls up, told
+    where a slab and a drain end (never per datagram), for the pipeline to act on them."""
+
+    def after_slab(self, peeked: tuple[int, int] | None, /) -> None:
+        """A slab was admitted (``journalled`` only): journal it, then take it off the
+        queue (``peeked``: socket fd, datagrams peeked; None when the socket cannot peek)."""
+
+    def after_drain(self) -> None:
+        """A drain ended (every wake-up, even an empty one): send what it sealed."""
+
+
 class DatagramReader:
     """Reads every queued datagram when the socket becomes readable."""
 
@@ -88,14 +101,16 @@ class DatagramReader:
         self,
         sock: socket.socket,
         handle: Callable[[bytes], object],
-        after_drain: Callable[[], None],
+        stage: ReadStage,
         max_datagram_bytes: int,
         *,
         admit_run: Callable[[list[bytes]], object] | None = None,
-        after_slab: Callable[[tuple[int, int] | None], None] | None = None,
+        journalled: bool = False,
         linger_us: int = 0,
     ):
         self.sock = sock
+        #: Told where each slab (with ``journalled``) and each drain ends.
+        self.stage = stage
         #: After a drain that took a few datagrams (not none), stop watching the socket up to
         #: this long, so the next wake-up takes more (:func:`read_linger_us`; 0: never).
         self.linger_us = linger_us
@@ -106,14 +121,13 @@ class DatagramReader:
         #: Admits a slab's datagrams in order, in one call (``Intake.admit_datagrams``; by
         #: default ``handle`` for each): the compiled reader's.
         self.admit_run = admit_run or self._admit_each
-        self._after_drain = after_drain
-        #: With a write-ahead journal: called after each slab read on the loop (every
-        #: ``SLAB`` datagrams for the Python reader) with (socket fd, datagrams peeked), or
-        #: None when not peeking, for the journal to write, then take the slab off the queue.
-        self.after_slab = after_slab
+        #: With a write-ahead journal: ``stage.after_slab`` after each slab read on the loop
+        #: (every ``SLAB`` datagrams for the Python reader), which writes the journal, then
+        #: takes the slab off the queue.
+        self.journalled = journalled
         #: Read on the loop whatever the queue's length (a journal must see a slab before the
         #: next is read: slabs waiting on a receive thread would die with the process).
-        self.reads_on_loop = after_slab is not None
+        self.reads_on_loop = journalled
         #: Reads leave the datagrams queued (MSG_PEEK, SO_PEEK_OFF) until ``after_slab``.
         self.peek = False
         # One byte more than the limit, so an oversized datagram is seen as such, not
@@ -123,7 +137,7 @@ class DatagramReader:
         self._view = memoryview(self._buffer)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._open(max_datagram_bytes)
-        if after_slab is not None:
+        if journalled:
             self.start_peeking()
 
     def _open(self, max_datagram_bytes: int) -> None:
@@ -201,14 +215,14 @@ class DatagramReader:
     def drain(self) -> int:
         """Handle every datagram queued right now (bounded per call); returns how many."""
         count = self._drain_socket(_MAX_PER_WAKEUP)
-        self._after_drain()
+        self.stage.after_drain()
         return count
 
     def _drain_socket(self, limit: int) -> int:
         recv_into = self.sock.recv_into
         view = self._view
         handle = self._handle
-        after_slab = self.after_slab
+        after_slab = self.stage.after_slab if self.journalled else None
         flags = socket.MSG_PEEK if self.peek else 0
         count = unsettled = 0
         try:
@@ -227,7 +241,7 @@ class DatagramReader:
         return count
 
     def _peeked(self, count: int) -> tuple[int, int] | None:
-        """What ``after_slab`` is told: (socket fd, ``count``) when peeking, else None."""
+        """What ``stage.after_slab`` is told: (socket fd, ``count``) when peeking, else None."""
         return (self.sock.fileno(), count) if self.peek else None
 
     def start_peeking(self) -> bool:
@@ -316,7 +330,7 @@ class ThreadedDatagramReader(DatagramReader):
             count += len(taken)
         if not self._receiver.running and count < _MAX_PER_WAKEUP:
             count += self._drain_socket(_MAX_PER_WAKEUP - count)
-        self._after_drain()
+        self.stage.after_drain()
         return count
 
     def _drain_socket(self, limit: int) -> int:
@@ -324,7 +338,7 @@ class ThreadedDatagramReader(DatagramReader):
         are handled."""
         read_now = self._receiver.read_now
         admit_run = self.admit_run
-        after_slab = self.after_slab
+        after_slab = self.stage.after_slab if self.journalled else None
         count = 0
         while count < limit:
             datagrams = read_now(limit - count)
@@ -346,19 +360,19 @@ class ThreadedDatagramReader(DatagramReader):
 def datagram_reader(
     sock: socket.socket,
     handle: Callable[[bytes], object],
-    after_drain: Callable[[], None],
+    stage: ReadStage,
     max_datagram_bytes: int,
     admit_run: Callable[[list[bytes]], object] | None = None,
     *,
-    after_slab: Callable[[tuple[int, int] | None], None] | None = None,
+    journalled: bool = False,
     batch_delay_ms: float = 0.0,
 ) -> DatagramReader:
     """The compiled intake's threaded reader where it is built, else the Python one.
 
     Called once at startup, so it also says which intake runs (a warning when the
     extension was not built: the daemon works, at a higher CPU cost per message).
-    ``after_slab``: the write-ahead journal's sync, called after every slab, which is then
-    read on the event loop, peeked, and taken off the queue once it is journalled.
+    ``journalled``: with the write-ahead journal, every slab is read on the event loop,
+    peeked, and taken off the queue by ``stage.after_slab`` once it is journalled.
     ``batch_delay_ms``: how long messages wait for their batch, which bounds the read
     linger (:func:`read_linger_us`).
     """
@@ -369,8 +383,8 @@ def datagram_reader(
     else:
         try:
             threaded = ThreadedDatagramReader(
-                sock, handle, after_drain, max_datagram_bytes, admit_run=admit_run,
-                after_slab=after_slab, linger_us=linger_us,
+                sock, handle, stage, max_datagram_bytes, admit_run=admit_run,
+                journalled=journalled, linger_us=linger_us,
             )  # fmt: skip
             where = "on its own thread" if threaded.threaded else "on the event loop"
             log.info("intake: compiled (recvmmsg %s)", where)
@@ -378,5 +392,5 @@ def datagram_reader(
         except OSError as error:  # no address space for the slabs (strict overcommit)
             log.warning("receive thread unavailable (%s): reading on the event loop", error)
     return DatagramReader(
-        sock, handle, after_drain, max_datagram_bytes, after_slab=after_slab, linger_us=linger_us
+        sock, handle, stage, max_datagram_bytes, journalled=journalled, linger_us=linger_us
     )

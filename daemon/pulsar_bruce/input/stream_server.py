@@ -12,7 +12,6 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -70,8 +69,15 @@ class SequencedStream(Protocol):
     def end(self) -> None: ...
 
 
-#: Starts a :class:`SequencedStream` for a Producer record's name and first sequence id.
-BeginSequenced = Callable[[str, int], SequencedStream]
+class StreamStage(Protocol):
+    """The pipeline as the stream edge sees it (``Pipeline``): the edge's only calls up,
+    once per read or per Producer record, never per record."""
+
+    def after_drain(self) -> None:
+        """Records were taken (admitted or refused): send the batches they sealed."""
+
+    def sequenced_sender(self, name: str, first_sequence_id: int, /) -> SequencedStream:
+        """A connection began with a Producer record: where its records go from now on."""
 
 
 class StreamConnection(asyncio.Protocol):
@@ -83,27 +89,23 @@ class StreamConnection(asyncio.Protocol):
     """
 
     def __init__(
-        self,
-        intake: StreamIntake,
-        after_records: Callable[[], None],
-        budget: RecordBudget | None = None,
-        on_lost: Callable[[StreamConnection], None] | None = None,
-        sequenced: BeginSequenced | None = None,
+        self, intake: StreamIntake, stage: StreamStage, budget: RecordBudget | None = None
     ):
         self.intake = intake
-        self._begin_sequenced = sequenced
+        #: Told when records were taken, and asked for a Producer record's sender.
+        self.stage = stage
         #: Set by a Producer record as the connection's first record; ``_started``: a record
         #: other than that has been taken.
         self.sequenced: SequencedStream | None = None
         self._started = False
-        self._after_records = after_records
         self._budget = budget
-        self._on_lost = on_lost
         self.session = StreamSession(
             max(intake.max_message_bytes * _FRAMING_SLACK, 1 << 20), self._settled
         )
         self.transport: asyncio.Transport | None = None
         self._closed = False
+        #: The client went: the server lets the connection go when it next counts them.
+        self.ended = False
         self._full = False
         self._write_blocked = False
         self._reading = True
@@ -132,18 +134,18 @@ class StreamConnection(asyncio.Protocol):
         for head, size in session.skipped:
             refuse(reasons.TOO_LARGE, head, size, session.current)
         session.skipped.clear()
-        self._after_records()
+        self.stage.after_drain()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self._closed = True
+        self.ended = True
         self._release()
+        self.session.clear()  # what the client sent and we did not take: it resends it
         if self._retry is not None:
             self._retry.cancel()
         if self.sequenced is not None:
             self.sequenced.end()
-        if self._on_lost is not None:
-            self._on_lost(self)
 
     def pause_writing(self) -> None:
         """The client is not reading its responses: read nothing more until it does."""
@@ -209,7 +211,7 @@ class StreamConnection(asyncio.Protocol):
                 session.skip_record(exc.size)  # the sender learns it at its next flush
                 self._full = False  # everything before it was taken
                 self._update_reading()
-                self._after_records()
+                self.stage.after_drain()
                 self._write_responses()
                 return
             self.intake.refuse_record(exc.reason, session.head(), exc.size, None)
@@ -224,15 +226,14 @@ class StreamConnection(asyncio.Protocol):
             log.warning("stream connection closed: %s", exc)
             if self.transport is not None:
                 self.transport.close()
-        self._after_records()
+        self.stage.after_drain()
         self._write_responses()
 
     def _producer_record(self, record: bytes) -> bool:
         """Act on ``record`` if it is a Producer record the connection may send: its first
         record, or any on a connection that began with one.  Elsewhere it is a message record
         of an unsupported kind, for the intake to discard."""
-        begin = self._begin_sequenced
-        if begin is None or (self._started and self.sequenced is None):
+        if self._started and self.sequenced is None:
             return False
         if not is_producer_record(record):
             return False
@@ -242,7 +243,7 @@ class StreamConnection(asyncio.Protocol):
             raise FramingError(str(exc)) from None
         if self.sequenced is not None:
             self.sequenced.end()
-        self.sequenced = begin(name, first_sequence_id)
+        self.sequenced = self.stage.sequenced_sender(name, first_sequence_id)
         self._started = True
         return True
 
@@ -303,12 +304,8 @@ class StreamConnection(asyncio.Protocol):
 class _Refused(asyncio.Protocol):
     """A connection over --stream-max-connections: closed at once."""
 
-    def __init__(self, on_refused: Callable[[], None]):
-        self._on_refused = on_refused
-
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport.close()
-        self._on_refused()
 
 
 class StreamServer:
@@ -319,12 +316,11 @@ class StreamServer:
         path: str,
         mode: int,
         intake: StreamIntake,
-        after_records: Callable[[], None],
+        stage: StreamStage,
         group: str | None = None,
         *,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         budget: RecordBudget | None = None,
-        sequenced: BeginSequenced | None = None,
     ):
         self.path = path
         self.mode = mode
@@ -332,8 +328,7 @@ class StreamServer:
         self.intake = intake
         self.max_connections = max_connections
         self.budget = budget
-        self._begin_sequenced = sequenced
-        self._after_records = after_records
+        self.stage = stage
         self._server: asyncio.AbstractServer | None = None
         self._activated = False
         self._connections: set[StreamConnection] = set()
@@ -342,16 +337,17 @@ class StreamServer:
         self._refused_unlogged = 0
         self._next_refusal_log = 0.0
 
+    def open_connections(self) -> set[StreamConnection]:
+        """The connections whose client is still there (those that ended are let go now)."""
+        self._connections = {c for c in self._connections if not c.ended}
+        return self._connections
+
     def _connection(self) -> asyncio.Protocol:
-        if len(self._connections) >= self.max_connections:
-            return _Refused(self._refused)
-        connection = StreamConnection(
-            self.intake,
-            self._after_records,
-            self.budget,
-            self._connections.discard,
-            self._begin_sequenced,
-        )
+        """The protocol for a connection just accepted: a new one, or one that refuses it."""
+        if len(self.open_connections()) >= self.max_connections:
+            self._refused()
+            return _Refused()
+        connection = StreamConnection(self.intake, self.stage, self.budget)
         self._connections.add(connection)
         return connection
 
@@ -390,12 +386,12 @@ class StreamServer:
         """Shutdown, step 1: accept and read nothing more."""
         if self._server is not None:
             self._server.close()
-        for connection in list(self._connections):
+        for connection in list(self.open_connections()):
             connection.stop_reading()
 
     async def stop(self) -> None:
         """Shutdown, last step: close every connection and the listening socket."""
-        for connection in list(self._connections):
+        for connection in list(self.open_connections()):
             connection.close()
         if self._server is not None:
             self._server.close()

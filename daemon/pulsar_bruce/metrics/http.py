@@ -11,8 +11,8 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -23,24 +23,34 @@ log = logging.getLogger(__name__)
 _MAX_REQUEST_HEAD = 8192
 
 
-#: The families that may hold the named samples, built alone (``Metrics.select``).
-Select = Callable[[set[str]], Iterable[Metric]]
+class Exposition(Protocol):
+    """What ``/metrics`` serves (``metrics/registry.py``'s ``Metrics``)."""
+
+    @property
+    def registry(self) -> CollectorRegistry: ...
+
+    def select(self, sample_names: Iterable[str], /) -> Iterable[Metric]:
+        """The families that may hold the named samples, built alone."""
 
 
 class _Only:
-    """The families that have a sample named in ``names`` (``?name[]=``), from ``select``
-    where the daemon has one (only those families are built), else from the registry."""
+    """The families that have a sample named in ``names`` (``?name[]=``): only those that
+    may hold one are built (``select``)."""
 
-    def __init__(self, registry: CollectorRegistry, names: set[str], select: Select | None):
-        self._registry = registry
+    def __init__(self, metrics: Exposition, names: set[str]):
+        self._metrics = metrics
         self._names = names
-        self._select = select
 
     def collect(self) -> Iterator[Metric]:
-        families = self._registry.collect() if self._select is None else self._select(self._names)
-        for family in families:
+        for family in self._metrics.select(self._names):
             if any(sample.name in self._names for sample in family.samples):
                 yield family
+
+
+class StatusSource(Protocol):
+    """What ``/status`` shows (``server.py``'s ``Server``), read at each request."""
+
+    def status_document(self) -> dict[str, Any]: ...
 
 
 class MetricsListenError(OSError):
@@ -53,15 +63,13 @@ class MetricsServer:
 
     def __init__(
         self,
-        registry: CollectorRegistry,
+        metrics: Exposition,
         host: str,
         port: int,
-        status: Callable[[], dict[str, Any]] | None = None,
-        select: Select | None = None,
+        status: StatusSource | None = None,
     ):
-        self.registry = registry
+        self.metrics = metrics
         self.status = status
-        self.select = select
         self.host = host
         self.port = port
         self._server: asyncio.Server | None = None
@@ -102,10 +110,10 @@ class MetricsServer:
             # Prometheus' own filter: /metrics?name[]=a&name[]=b serves only those series
             # (a cheap scrape for a tight poll; the bench waits on the counters this way).
             names = parse_qs(query).get("name[]")
-            registry = _Only(self.registry, set(names), self.select) if names else self.registry
-            status, content_type, body = "200 OK", CONTENT_TYPE_LATEST, generate_latest(registry)
+            served = _Only(self.metrics, set(names)) if names else self.metrics.registry
+            status, content_type, body = "200 OK", CONTENT_TYPE_LATEST, generate_latest(served)
         elif path == "/status" and self.status is not None:
-            body = json.dumps(self.status(), indent=1).encode() + b"\n"
+            body = json.dumps(self.status.status_document(), indent=1).encode() + b"\n"
             status, content_type = "200 OK", "application/json"
         elif path == "/":
             status, content_type = "200 OK", "text/plain"

@@ -116,32 +116,35 @@ class Pipeline:
         self.manager.flush_dirty()
 
     def datagram_reader_for(self, sock: socket.socket) -> DatagramReader:
-        """The read stage of the datagram socket (compiled or Python: the intake's kind);
-        with the write-ahead journal it peeks, and a slab leaves the socket once journalled."""
+        """The read stage of the datagram socket (compiled or Python: the intake's kind),
+        which hands each slab to the intake and tells this pipeline (its ``ReadStage``)
+        where slabs and drains end; with the write-ahead journal it peeks, and a slab
+        leaves the socket once :meth:`after_slab` has journalled it."""
         intake = self.intake
         return datagram_reader(
             sock,
             intake.admit,
-            self.after_drain,
+            self,
             intake.max_message_bytes,
             intake.admit_datagrams,
-            after_slab=self.after_slab if self.journal.write_ahead else None,
+            journalled=self.journal.write_ahead,
             batch_delay_ms=self.config.batch_max_delay_ms,
         )
 
     def stream_server_at(self, path: str, max_connections: int) -> StreamServer:
-        """The stream socket's read stage: records go the same way, ``budget``-bounded."""
+        """The stream socket's read stage: records go the same way, ``budget``-bounded; it
+        tells this pipeline (its ``StreamStage``) when records were taken, and asks it for a
+        Producer record's :meth:`sequenced_sender`."""
         config, intake, ledger = self.config, self.intake, self.ledger
         budget = RecordBudget(intake, config.buffer_max_bytes, ledger)
         return StreamServer(
             path,
             config.socket_mode,
             intake,
-            self.after_drain,
+            self,
             group=config.socket_group,
             max_connections=max_connections,
             budget=budget,
-            sequenced=self.sequenced_sender,
         )
 
     def sequenced_sender(self, name: str, first_sequence_id: int) -> SequencedSender:

@@ -164,14 +164,16 @@ def test_an_unusable_credentials_file_is_one_clear_error(
 
 
 class ScriptedIssuer:
-    """``fetch`` for OAuth2Auth: fails ``failures`` times, then gives numbered tokens."""
+    """OAuth2Auth's token source: fails ``failures`` times, then gives numbered tokens."""
+
+    issuer_url = "https://issuer"
 
     def __init__(self, failures: int = 0, lifetime_s: float = 3600.0):
         self.failures = failures
         self.lifetime_s = lifetime_s
         self.calls = 0
 
-    def __call__(self) -> AccessToken:
+    def fetch(self) -> AccessToken:
         self.calls += 1
         if self.calls <= self.failures:
             raise IssuerError("cannot reach the token endpoint at https://issuer: refused")
@@ -188,8 +190,8 @@ async def wait_until(condition: Callable[[], bool], what: str, deadline_s: float
 def test_a_connection_waits_for_the_first_token_while_the_issuer_fails(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    fetch = ScriptedIssuer(failures=3)
-    auth = OAuth2Auth(fetch, issuer="https://issuer", backoff_s=(0.01, 0.02))
+    issuer = ScriptedIssuer(failures=3)
+    auth = OAuth2Auth(issuer, backoff_s=(0.01, 0.02))
 
     async def scenario() -> bytes:
         await auth.ready()
@@ -199,7 +201,7 @@ def test_a_connection_waits_for_the_first_token_while_the_issuer_fails(
     with caplog.at_level(logging.DEBUG):
         assert asyncio.run(scenario()) == b"token-4"
     assert auth.method_name == "token"
-    assert fetch.calls == 4
+    assert issuer.calls == 4
     assert caplog.text.count("no token from https://issuer") == 3
     assert "access token from https://issuer, valid for 3600s" in caplog.text
     assert "token-4" not in caplog.text and "token-4" not in repr(auth)
@@ -207,8 +209,8 @@ def test_a_connection_waits_for_the_first_token_while_the_issuer_fails(
 
 def test_the_token_is_refreshed_before_it_expires() -> None:
     """At 90% of its lifetime, without a connection asking: a challenge gets a fresh one."""
-    fetch = ScriptedIssuer(lifetime_s=1.0)
-    auth = OAuth2Auth(fetch, issuer="https://issuer")
+    issuer = ScriptedIssuer(lifetime_s=1.0)
+    auth = OAuth2Auth(issuer)
 
     async def scenario() -> list[bytes]:
         await auth.ready()
@@ -223,8 +225,8 @@ def test_the_token_is_refreshed_before_it_expires() -> None:
 
 def test_an_expired_token_is_replaced_before_a_new_connection_uses_it() -> None:
     now = [0.0]
-    fetch = ScriptedIssuer(lifetime_s=100.0)
-    auth = OAuth2Auth(fetch, issuer="https://issuer", clock=lambda: now[0])
+    issuer = ScriptedIssuer(lifetime_s=100.0)
+    auth = OAuth2Auth(issuer, clock=lambda: now[0])
 
     async def scenario() -> list[bytes]:
         await auth.ready()
@@ -237,7 +239,7 @@ def test_an_expired_token_is_replaced_before_a_new_connection_uses_it() -> None:
         return [first, auth.auth_data()]
 
     assert asyncio.run(scenario()) == [b"token-1", b"token-2"]
-    assert fetch.calls == 2
+    assert issuer.calls == 2
 
 
 # -- built from the options -----------------------------------------------------------------------

@@ -1,11 +1,29 @@
 """What the reader tests share: the readers each test runs with (the compiled ones where the
-compiled intake is built)."""
+compiled intake is built), and a stage for them to tell."""
 
 from __future__ import annotations
 
 import pytest
 from pulsar_bruce.input.socket_reader import DatagramReader, ThreadedDatagramReader
+from pulsar_bruce.input.stream_server import SequencedStream
 from pulsar_bruce.native import compiled
+
+
+class Stage:
+    """The pipeline as the readers see it (``ReadStage``, ``StreamStage``): counts the
+    drains; a test with a journal or with Producer records gives its own."""
+
+    def __init__(self) -> None:
+        self.drains = 0
+
+    def after_drain(self) -> None:
+        self.drains += 1
+
+    def after_slab(self, peeked: tuple[int, int] | None) -> None:
+        raise AssertionError("no journal here: no slab is announced")
+
+    def sequenced_sender(self, name: str, first_sequence_id: int) -> SequencedStream:
+        raise AssertionError("no Producer record here")
 
 
 class CompiledLoopReader(ThreadedDatagramReader):

@@ -18,12 +18,23 @@ from tests.unit.daemon.input.helpers import READERS
 MAX = 64
 
 
+class Slabs:
+    """The reader's stage: records each slab's size; consumes nothing."""
+
+    def __init__(self, slabs: list[int]) -> None:
+        self.slabs = slabs
+
+    def after_slab(self, peeked: tuple[int, int] | None) -> None:
+        assert peeked is not None
+        self.slabs.append(peeked[1])
+
+    def after_drain(self) -> None:
+        pass
+
+
 def reader_on(reader_class: type, receiver: socket.socket, slabs: list[int]) -> tuple:
     handled: list[bytes] = []
-    # Records each slab; consumes nothing.
-    reader = reader_class(
-        receiver, handled.append, lambda: None, MAX, after_slab=lambda c: slabs.append(c[1])
-    )
+    reader = reader_class(receiver, handled.append, Slabs(slabs), MAX, journalled=True)
     assert reader.peek
     return reader, handled
 

@@ -17,6 +17,8 @@ from pulsar_bruce.input.socket_reader import (
 )
 from pulsar_bruce.native import compiled
 
+from tests.unit.daemon.input.helpers import Stage
+
 needs_compiled = pytest.mark.skipif(compiled is None, reason="the compiled intake is not built")
 
 
@@ -51,7 +53,7 @@ def test_the_compiled_reader_reads_where_the_kernel_queue_says(
     else:
         monkeypatch.setenv(RECEIVE_ENV, forced)
     with caplog.at_level(logging.INFO, logger="pulsar_bruce.input"):
-        reader = datagram_reader(pair[1], lambda data: None, lambda: None, 64)
+        reader = datagram_reader(pair[1], lambda data: None, Stage(), 64)
     assert isinstance(reader, ThreadedDatagramReader) and reader.threaded is threaded
     where = "on its own thread" if threaded else "on the event loop"
     assert f"intake: compiled (recvmmsg {where})" in caplog.text
@@ -98,5 +100,5 @@ def test_without_the_compiled_intake_the_python_reader_reads_on_the_loop(
     pair: tuple[socket.socket, socket.socket], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(socket_reader, "compiled", None)
-    reader = datagram_reader(pair[1], lambda data: None, lambda: None, 64)
+    reader = datagram_reader(pair[1], lambda data: None, Stage(), 64)
     assert type(reader) is DatagramReader

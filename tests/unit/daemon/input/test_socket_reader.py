@@ -25,7 +25,8 @@ MAX = 64
 
 
 class Rig:
-    """A reader whose intake records each datagram (then calls ``also``, if given)."""
+    """A reader whose intake records each datagram (then calls ``also``, if given), and
+    which is the reader's stage: it counts the drains."""
 
     #: The reader under test (the ``reader_class`` fixture sets it for each run).
     reader_class: type[DatagramReader] = DatagramReader
@@ -39,17 +40,18 @@ class Rig:
         self.handled: list[bytes] = []
         self.drains = 0
         self._also = also
-        self.reader = self.reader_class(
-            receiver, self._handle, self._after_drain, MAX, linger_us=linger_us
-        )
+        self.reader = self.reader_class(receiver, self._handle, self, MAX, linger_us=linger_us)
 
     def _handle(self, data: bytes) -> None:
         self.handled.append(data)
         if self._also is not None:
             self._also(data)
 
-    def _after_drain(self) -> None:
+    def after_drain(self) -> None:
         self.drains += 1
+
+    def after_slab(self, peeked: tuple[int, int] | None) -> None:
+        raise AssertionError("no journal: no slab is announced")
 
 
 @pytest.fixture(autouse=True, params=READERS)

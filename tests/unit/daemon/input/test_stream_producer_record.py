@@ -93,12 +93,13 @@ class Rig:
         self.intake = FakeIntake()
         self.sequenced: list[FakeSequenced] = []
         self.transport = FakeTransport()
-        self.connection = StreamConnection(
-            self.intake, lambda: None, None, None, self._begin
-        )
+        self.connection = StreamConnection(self.intake, self, None)
         self.connection.connection_made(self.transport)
 
-    def _begin(self, name: str, first_id: int) -> FakeSequenced:
+    def after_drain(self) -> None:
+        pass
+
+    def sequenced_sender(self, name: str, first_id: int) -> FakeSequenced:
         self.sequenced.append(FakeSequenced(name, first_id, self.intake))
         return self.sequenced[-1]
 

@@ -20,6 +20,7 @@ from to_pulsar.encoding import encode_any_partition
 from to_pulsar.protocol import FlushResult, decode_flush_response, encode_flush_request
 
 from tests.support.fakes_asyncio import FakeTransport, until
+from tests.unit.daemon.input.helpers import Stage
 
 BAD = b"refuse-me"
 
@@ -92,13 +93,14 @@ def responses(transport: FakeTransport) -> list[tuple[int, FlushResult]]:
 class Rig:
     def __init__(self, budget: RecordBudget | None = None) -> None:
         self.intake = FakeIntake()
-        self.drains = 0
+        self.stage = Stage()
         self.transport = FakeTransport()
-        self.connection = StreamConnection(self.intake, self._after_records, budget)
+        self.connection = StreamConnection(self.intake, self.stage, budget)
         self.connection.connection_made(self.transport)
 
-    def _after_records(self) -> None:
-        self.drains += 1
+    @property
+    def drains(self) -> int:
+        return self.stage.drains
 
 
 def run(test: Callable[[], Awaitable[None]]) -> None:
@@ -254,8 +256,8 @@ def test_the_server_accepts_records_and_answers_flushes_over_a_real_socket(tmp_p
 
     async def test() -> None:
         intake = FakeIntake()
-        drained: list[int] = []
-        server = StreamServer(path, 0o600, intake, lambda: drained.append(1))
+        stage = Stage()
+        server = StreamServer(path, 0o600, intake, stage)
         await server.start()
         assert Path(path).exists()
         loop = asyncio.get_running_loop()
@@ -268,7 +270,7 @@ def test_the_server_accepts_records_and_answers_flushes_over_a_real_socket(tmp_p
             intake.settle(0)
             answer = await asyncio.wait_for(loop.sock_recv(client, 4096), 10)
             assert decode_flush_response(answer) == (11, FlushResult(1, {}))
-            assert drained
+            assert stage.drains
             server.stop_reading()
             await server.stop()
             assert not Path(path).exists()
@@ -304,7 +306,7 @@ def test_a_client_that_never_reads_its_responses_stops_being_read(tmp_path: Path
     requests = b"".join(encode_flush_request(index) for index in range(4096))  # 72 KiB
 
     async def test() -> None:
-        server = StreamServer(path, 0o600, FakeIntake(), lambda: None)
+        server = StreamServer(path, 0o600, FakeIntake(), Stage())
         await server.start()
         client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         client.connect(path)
@@ -321,8 +323,8 @@ def test_a_client_that_never_reads_its_responses_stops_being_read(tmp_path: Path
         sender = threading.Thread(target=send, daemon=True)
         sender.start()
         try:
-            await until(lambda: server._connections, "the connection")
-            (connection,) = server._connections
+            await until(lambda: server.open_connections(), "the connection")
+            (connection,) = server.open_connections()
             transport = connection.transport
             assert isinstance(transport, asyncio.Transport)
             await until(
@@ -358,7 +360,7 @@ def test_a_record_over_max_message_bytes_is_skipped_and_told_at_the_next_flush()
 
     async def test() -> None:
         rig = Rig()
-        rig.connection = StreamConnection(rig.intake, lambda: None, budget_of(rig, 1 << 20))
+        rig.connection = StreamConnection(rig.intake, Stage(), budget_of(rig, 1 << 20))
         rig.connection.connection_made(rig.transport)
         big = record(b"x" * 4000)  # > max_message_bytes 1024
         rig.connection.data_received(record(b"v1") + big[:100])
@@ -381,7 +383,7 @@ def test_a_record_over_max_message_bytes_is_skipped_and_told_at_the_next_flush()
 def test_a_record_skipped_after_a_pause_for_memory_lets_reading_resume() -> None:
     async def test() -> None:
         rig = Rig()
-        rig.connection = StreamConnection(rig.intake, lambda: None, budget_of(rig, 1 << 20))
+        rig.connection = StreamConnection(rig.intake, Stage(), budget_of(rig, 1 << 20))
         rig.connection.connection_made(rig.transport)
         rig.intake.accepting = False
         big = record(b"x" * 4000)
@@ -401,7 +403,7 @@ def test_a_skipped_record_keeps_only_its_first_bytes() -> None:
     async def test() -> None:
         rig = Rig()
         rig.intake.max_message_bytes = 100_000
-        rig.connection = StreamConnection(rig.intake, lambda: None, budget_of(rig, 1 << 30))
+        rig.connection = StreamConnection(rig.intake, Stage(), budget_of(rig, 1 << 30))
         rig.connection.connection_made(rig.transport)
         big = record(b"y" * 300_000)
         for start in range(0, len(big), 7000):
@@ -419,7 +421,7 @@ def test_records_still_arriving_cannot_reserve_more_than_the_buffer() -> None:
             rig.intake.max_message_bytes = 8000
         budget = budget_of(first, buffer_max_bytes=10000, buffered=1000)
         for rig in (first, second):
-            rig.connection = StreamConnection(rig.intake, lambda: None, budget)
+            rig.connection = StreamConnection(rig.intake, Stage(), budget)
             rig.connection.connection_made(rig.transport)
         big = record(b"v" * 5900)  # about 6000 bytes
         first.connection.data_received(big[:200])
@@ -440,7 +442,7 @@ def test_connections_beyond_the_cap_are_closed_at_once(tmp_path: Path) -> None:
 
     async def test() -> None:
         intake = FakeIntake()
-        server = StreamServer(path, 0o600, intake, lambda: None, max_connections=1)
+        server = StreamServer(path, 0o600, intake, Stage(), max_connections=1)
         await server.start()
         loop = asyncio.get_running_loop()
         clients = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(3)]
@@ -449,7 +451,7 @@ def test_connections_beyond_the_cap_are_closed_at_once(tmp_path: Path) -> None:
         try:
             first, second, third = clients
             await loop.sock_connect(first, path)
-            await until(lambda: len(server._connections) == 1, "the first connection")
+            await until(lambda: len(server.open_connections()) == 1, "the first connection")
             await loop.sock_connect(second, path)
             assert await asyncio.wait_for(loop.sock_recv(second, 4096), 10) == b""
             assert server.refused_connections == 1
@@ -457,7 +459,7 @@ def test_connections_beyond_the_cap_are_closed_at_once(tmp_path: Path) -> None:
             answer = await asyncio.wait_for(loop.sock_recv(first, 4096), 10)
             assert decode_flush_response(answer) == (1, FlushResult(0, {}))
             first.close()
-            await until(lambda: not server._connections, "the first connection to end")
+            await until(lambda: not server.open_connections(), "the first connection to end")
             await loop.sock_connect(third, path)
             await loop.sock_sendall(third, encode_flush_request(2))
             answer = await asyncio.wait_for(loop.sock_recv(third, 4096), 10)

@@ -23,6 +23,8 @@ from pulsar_bruce.input.unix_sockets import (
 )
 from pulsar_bruce.model.group_lookup import group_id
 
+from tests.unit.daemon.input.helpers import Stage
+
 KINDS = [
     pytest.param(socket.SOCK_DGRAM, id="datagram"),
     pytest.param(socket.SOCK_STREAM, id="stream"),
@@ -294,7 +296,7 @@ def test_a_path_that_is_not_a_socket_is_refused(
 
 def stream_server(path: Path, group: str | None) -> StreamServer:
     forwarder: Any = SimpleNamespace(max_message_bytes=1 << 20)  # only read per connection
-    return StreamServer(str(path), 0o620, forwarder, lambda: None, group=group)
+    return StreamServer(str(path), 0o620, forwarder, Stage(), group=group)
 
 
 def test_the_stream_server_listens_on_a_socket_with_mode_and_group(tmp_path: Path) -> None:
