@@ -4,7 +4,7 @@ send -> receipt -> outcome.
 ========  ==============================  =========================================
 read      ``DatagramReader.drain``        a slab from the socket (``input/``)
 admit     ``Intake.admit_datagrams``      validated, routed, appended or discarded
-journal   ``Pipeline.after_slab``         ``Journal.sync``, before the slab leaves
+journal   ``Pipeline.after_slab``         ``JournalCalls.sync``, before the slab leaves
 batch     ``TopicManager.flush_dirty``    after a drain: the batches it sealed
 frame     ``ProducerDriver.flush``        ``PartitionProducer.frames_to_send``
 send      ``BrokerConnection.writelines`` one write per broker connection
@@ -14,7 +14,9 @@ outcome   ``Outcomes.acked``              or ``Outcomes.discarded``, with a reas
 
 (docs/design.md opens with the same table, with each function's module.)  Every
 stage is built once by ``stages.py``, each after the stages it calls (its docstring
-gives the order); the shutdown runs the path to
+gives the order).  The journal is called by the pipeline only, through
+``journalling.py``: after a slab, before framing (the drivers' hook), on settle.
+The shutdown runs the path to
 its end (:meth:`Pipeline.stop_reading`, :meth:`seal_all`, :meth:`settle`).
 """
 
@@ -35,11 +37,13 @@ from pulsar_bruce.input.stream_session import RecordBudget
 from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.parse.deliver_at import epoch_ms
 from pulsar_bruce.pipeline import stages
+from pulsar_bruce.pipeline.journalling import JournalCalls, JournalledWriter
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.outcomes import BatchObserver
 from pulsar_bruce.route.sequenced import SequencedSender
 from pulsar_bruce.route.topic_settings import TopicConfigurator
 from pulsar_bruce.service import shutdown
+from pulsar_bruce.topics.manager import TopicChanges
 
 log = logging.getLogger(__name__)
 #: How often the journal records what settled (``Journal.tick``).
@@ -66,22 +70,28 @@ class Pipeline:
         self.clock, self.wall_ms = clock, wall_ms
         self.pool = stages.send_stage(config, security)
         self.journal = stages.journal_stage(config)
-        self.outcomes = stages.outcome_stage(config, ledger, self.journal, observer)
+        self.outcomes = stages.outcome_stage(config, ledger, observer)
         self.store = stages.spool_store(config)
         self.policy = stages.spool_policy(config, ledger, self.store, self.outcomes)
         self.topic_settings = TopicConfigurator(config)
         self.registry = stages.topic_registry(self.topic_settings)
         self.appender = Appender()
+        #: What the topic manager did that the journal must know: it adds, the journal
+        #: calls take (after a slab, before framing, on settle).
+        self.changes = TopicChanges()
+        self.journal_calls = JournalCalls(self.journal, self.changes, self.outcomes)
         self.manager = stages.batch_stage(
-            config, self.pool, self.outcomes, self.topic_settings, self.journal,
-            self.registry, self.appender, clock, wall_ms,
+            config, self.pool, self.outcomes, self.topic_settings, self.journal_calls,
+            self.registry, self.appender, self.changes, clock, wall_ms,
         )  # fmt: skip
+        #: After a drain or a replay: taken, journalled, then written.
+        self.writer = JournalledWriter(self.manager, self.journal_calls)
         self.intake = stages.admit_stage(
             self.registry, self.appender, ledger, self.policy, self.outcomes,
             self.topic_settings, wall_ms,
         )  # fmt: skip
         self.spooler = stages.spooler_stage(
-            self.store, self.policy, self.intake, self.pool, self.manager, clock
+            self.store, self.policy, self.intake, self.pool, self.writer, clock
         )
         #: Where the disk refuses a write, memory keeps what it has room for.
         self._into_memory = functools.partial(self.intake.replay_datagram, previous_run=False)
@@ -97,7 +107,7 @@ class Pipeline:
         """A slab was admitted: what it did taken (new topics, batches opened and sealed),
         journalled, then (``consume``: socket fd, datagrams peeked) off the socket's queue."""
         self.manager.collect()
-        self.journal.sync(consume)
+        self.journal_calls.sync(consume)
 
     async def tick_journal(self) -> None:
         """About once a second, the journal records what settled meanwhile and frees the
@@ -106,14 +116,15 @@ class Pipeline:
         while True:
             await asyncio.sleep(JOURNAL_TICK_S)
             try:
-                self.journal.tick()
+                self.journal_calls.tick()
             except OSError as exc:  # a new segment it could not open: the next tick tries
                 log.error("journal: %s", exc)
 
     def after_drain(self) -> None:
-        """A drain ended: the spool's held datagrams to disk, the full batches to brokers."""
+        """A drain ended: the spool's held datagrams to disk, what the drain did journalled,
+        the full batches to brokers."""
         self.policy.write_held(self._into_memory)
-        self.manager.flush_dirty()
+        self.writer.flush_dirty()
 
     def datagram_reader_for(self, sock: socket.socket) -> DatagramReader:
         """The read stage of the datagram socket (compiled or Python: the intake's kind),
@@ -163,7 +174,8 @@ class Pipeline:
         """What a crash left first (the journal), then read both sockets, replay the spool
         and look topics up."""
         self.intake.replay_journal(self.journal.open())
-        self.manager.collect()  # its topics looked up (and journalled) before the old goes
+        self.manager.collect()  # its topics looked up ...
+        self.journal_calls.sync()  # ... and journalled before the old goes
         self.journal.drop_previous()
         self.reader = self.datagram_reader_for(datagram_socket)
         self.reader.start()

@@ -4,14 +4,16 @@ stages before it: one function per stage.
 They are built in this order (``Pipeline.__init__``), each from those before it: send
 (the broker connections), journal, outcome, the spool's store and policy, the topic
 registry and the appender (the intake's records of new topics and of batches opened and
-sealed), batch (the topic manager), admit (the intake), and the spooler; the read stage
-comes last, at start, once the sockets are open.  A message meets them in the order of
+sealed), the topic manager's changes and the journal calls (``journalling.py``), batch
+(the topic manager), admit (the intake), the journalled writer, and the spooler; the read
+stage comes last, at start, once the sockets are open.  A message meets them in the order of
 ``pipeline/flow.py``'s table, which is not this one: a stage is built after the stages it
 calls.
 
 Nothing is wired in afterwards: a stage gets every part it calls in its constructor, and
 no stage is given a callable to call back up (the compiled admitter's declared call-outs
-aside); what the core did, it writes down, and the pipeline takes it.
+aside, and the drivers' one declared hook into the journal, ``SendJournal``); what the
+core did, it writes down, and the pipeline takes it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pulsar_bruce.connection.security import ConnectionSecurity
 from pulsar_bruce.metrics.discard_log import discard_log_of
 from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.parse.deliver_at import epoch_ms
-from pulsar_bruce.producer.delivery import DeliveryPolicy
+from pulsar_bruce.producer.delivery import DeliveryPolicy, SendJournal
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.intake import Intake
 from pulsar_bruce.route.outcomes import BatchObserver, Outcomes
@@ -35,9 +37,9 @@ from pulsar_bruce.route.topic_settings import TopicConfigurator
 from pulsar_bruce.spool.journal import Journal
 from pulsar_bruce.spool.journal_stage import NO_JOURNAL, JournalStage
 from pulsar_bruce.spool.policy import SpoolPolicy
-from pulsar_bruce.spool.spooler import Spooler
+from pulsar_bruce.spool.spooler import BatchWriter, Spooler
 from pulsar_bruce.spool.store import SpoolStore
-from pulsar_bruce.topics.manager import TopicManager
+from pulsar_bruce.topics.manager import TopicChanges, TopicManager
 
 
 def send_stage(config: Config, security: ConnectionSecurity) -> ConnectionPool:
@@ -58,12 +60,10 @@ def journal_stage(config: Config) -> JournalStage:
     return NO_JOURNAL
 
 
-def outcome_stage(
-    config: Config, ledger: Ledger, journal: JournalStage, observer: BatchObserver | None
-) -> Outcomes:
+def outcome_stage(config: Config, ledger: Ledger, observer: BatchObserver | None) -> Outcomes:
     """outcome: where every message ends, acked or discarded with a reason (and the
-    ``--discard-log`` evidence of the latter)."""
-    return Outcomes(ledger, discard_log_of(config), observer, journal)
+    ``--discard-log`` evidence of the latter); it writes down what it settled."""
+    return Outcomes(ledger, discard_log_of(config), observer)
 
 
 def spool_store(config: Config) -> SpoolStore | None:
@@ -96,13 +96,16 @@ def batch_stage(
     pool: ConnectionPool,
     outcomes: Outcomes,
     settings: TopicConfigurator,
-    journal: JournalStage,
+    send_journal: SendJournal,
     registry: TopicRegistry,
     appender: Appender,
+    changes: TopicChanges,
     clock: Callable[[], float] = time.monotonic,
     wall_ms: Callable[[], int] = epoch_ms,
 ) -> TopicManager:
-    """batch, frame and receipt: the topics, their partitions' producers and drivers."""
+    """batch, frame and receipt: the topics, their partitions' producers and drivers (which
+    get ``send_journal``, their hook into the journal); what the journal must know is
+    written down in ``changes``."""
     return TopicManager(
         pool,
         outcomes,
@@ -116,7 +119,8 @@ def batch_stage(
         appender,
         producer_name=stable_producer_name(config.producer_name_prefix, config.socket),
         metadata_refresh_s=config.metadata_refresh_s,
-        journal=journal,
+        changes=changes,
+        send_journal=send_journal,
         clock=clock,
         wall_ms=wall_ms,
     )
@@ -148,11 +152,12 @@ def spooler_stage(
     policy: SpoolPolicy,
     intake: Intake,
     pool: ConnectionPool,
-    manager: TopicManager,
+    writer: BatchWriter,
     clock: Callable[[], float] = time.monotonic,
 ) -> Spooler | None:
     """The spool's replay and durability ticks (with a spool): replayed messages are
-    admitted again, the way new ones are."""
+    admitted again, the way new ones are, and journalled and written (``writer``) before
+    the spool lets them go."""
     if store is None:
         return None
     return Spooler(
@@ -160,6 +165,6 @@ def spooler_stage(
         policy,
         intake,
         brokers=pool,
-        writer=manager,
+        writer=writer,
         clock=clock,
     )

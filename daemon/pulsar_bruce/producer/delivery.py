@@ -38,9 +38,11 @@ class DeliveryListener(Protocol):
 
 
 class SendJournal(Protocol):
-    """The write-ahead journal (``spool/journal.py``), as the driver sees it: the pipeline's
-    journal stage, which is ``NO_JOURNAL`` when there is none, and which journals only the
-    producers it was told of (not a sender's: ``exactly_once.py``)."""
+    """The drivers' one declared hook into the write-ahead journal, installed by the pipeline
+    (``pipeline/journalling.py``'s ``JournalCalls``; ``NO_JOURNAL`` without a journal).  A
+    hook, not something returned: a driver frames on timers and receipts, outside any drain,
+    and a batch's ids must be journalled before its frame is written.  Only the producers the
+    pipeline placed are journalled (not a sender's: ``exactly_once.py``)."""
 
     def sync_producer(self, producer: Any) -> None:
         """Journal what ``producer`` queued (before it is framed)."""

@@ -17,7 +17,6 @@ from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.confirmation import settle_tags
 from pulsar_bruce.model.ledger import Ledger
 from pulsar_bruce.route.topic import Topic
-from pulsar_bruce.spool.journal_stage import NO_JOURNAL, JournalStage
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +48,6 @@ class Outcomes:
         ledger: Ledger,
         evidence: Evidence | None = None,
         observer: BatchObserver | None = None,
-        journal: JournalStage = NO_JOURNAL,
     ):
         self.ledger = ledger
         self.evidence = evidence
@@ -58,11 +56,20 @@ class Outcomes:
         self.recent_rejects: deque[tuple[str, bytes]] = deque(maxlen=REJECT_SAMPLES)
         #: Broker topics whose producer name conflict has been logged (once each).
         self.name_conflicts_logged: set[str] = set()
-        #: The journal stage, told of every batch settled.
-        self.journal = journal
+        #: Batches acked or discarded since the pipeline last took them (:meth:`take_settled`):
+        #: what the write-ahead journal records as settled.
+        self.settled: list[SealedBatch] = []
 
     def for_topic(self, topic: Topic) -> TopicDelivery:
         return TopicDelivery(self, topic)
+
+    def take_settled(self) -> list[SealedBatch]:
+        """The batches settled since the last call (the pipeline hands them to the journal)."""
+        settled = self.settled
+        if not settled:
+            return settled
+        self.settled = []
+        return settled
 
     def refused(self, reason: str, data: bytes, *, sample: bool, size: int | None = None) -> None:
         """Evidence of a message refused at the door (the ledger has counted it);
@@ -82,7 +89,7 @@ class Outcomes:
         if batch.tags:
             settle_tags(batch.tags, None)
         self.ledger.ack(topic.stats, batch.count, batch.buffer_bytes)
-        self.journal.settled(batch)
+        self.settled.append(batch)
 
     def already_stored(self, topic: Topic, batch: SealedBatch) -> None:
         """Sender-numbered messages the broker had before (an earlier attempt stored them)."""
@@ -92,7 +99,7 @@ class Outcomes:
 
     def discarded(self, topic: Topic, batch: SealedBatch, reason: str) -> None:
         self.ledger.discard(reason, batch.count, batch.buffer_bytes, topic.stats)
-        self.journal.settled(batch)
+        self.settled.append(batch)
         if batch.tags:
             settle_tags(batch.tags, reason)
         self.batch_evidence(reason, topic, batch)

@@ -12,8 +12,8 @@ the disk.  On start, :func:`~.journal_records.recover` gives back what was
 not settled: batches that had been sent keep their producer name and ids, so
 a namespace with deduplication drops the copies it had stored.
 
-The intake and the producers never call this per message: the journal looks
-at the batches the topic manager says were touched, once per drain.  What it
+The intake and the producers never call this per message: the pipeline tells it
+what the topic manager touched, once per slab or drain (``pipeline/journalling.py``).  What it
 holds of each batch (open or sealed) is its own: a ``JournalEntry``, keyed by
 the batch; a producer only says what it queued since (``BatchQueue.take_queued``)
 and what it split (``Outgoing.split_from``).
@@ -102,7 +102,7 @@ class Journal:
         self.files.close_and_delete()
         self._segment_items.clear()
 
-    # -- what the topic manager tells ---------------------------------------------------------
+    # -- what the pipeline tells (the topic manager's changes) -------------------------------
 
     def producer_added(self, producer: PartitionProducer, topic: str, partition: int) -> None:
         self._where[producer.producer_id] = (topic.encode(), partition)

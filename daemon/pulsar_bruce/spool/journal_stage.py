@@ -2,9 +2,10 @@
 
 A message read is journalled (``spool/journal.py``) before it leaves the socket
 and before its batch is framed; with ``--spool-dir`` unset or ``--no-spool-journal``
-the stage is :class:`NoJournal`, whose every call returns at once.  The parts that
-tell the journal something (the topic manager, the drivers, the outcomes, the
-spooler) always call it, and never ask whether there is one.
+the stage is :class:`NoJournal`, whose every call returns at once.  Only the pipeline
+calls it (``pipeline/journalling.py``): after a slab, before framing (the drivers'
+hook) and on settle, with what the topic manager and the outcomes wrote down; it never
+asks whether there is one.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pulsar_bruce.spool.journal_records import Recovered
 
 
 class JournalStage(Protocol):
-    """What the pipeline's parts tell the journal (:class:`~.journal.Journal` has all of it)."""
+    """What the pipeline tells the journal (:class:`~.journal.Journal` has all of it)."""
 
     #: Whether a slab must stay on its socket until the stage has written it (the readers
     #: peek, and read on the event loop): True for the write-ahead journal only.

@@ -5,7 +5,10 @@ partition count is known (looked up with backoff), one producer and driver per
 partition; the messages that waited are routed then.  Partition counts are
 re-checked every ``metadata_refresh_s`` and producers added when a topic grows.
 Sealed batches are written once per socket drain (:meth:`flush_dirty`), not per
-message.
+message.  What the write-ahead journal must look at (topics and producers added,
+producers whose batches changed) the manager writes down in :class:`TopicChanges`,
+and the pipeline hands it to the journal (``pipeline/journalling.py``); the manager
+never calls the journal.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any
 
 from pulsar_bruce import reasons
@@ -25,7 +29,7 @@ from pulsar_bruce.connection.pool import ConnectionPool, TopicLookupError
 from pulsar_bruce.parse.deliver_at import epoch_ms
 from pulsar_bruce.parse.topic import is_partition_name, partition_name
 from pulsar_bruce.producer.backoff import Retry
-from pulsar_bruce.producer.delivery import DeliveryPolicy
+from pulsar_bruce.producer.delivery import DeliveryPolicy, SendJournal
 from pulsar_bruce.producer.driver import ProducerDriver
 from pulsar_bruce.producer.faults import is_permanent, unreachable
 from pulsar_bruce.producer.partition_producer import PartitionProducer
@@ -35,13 +39,35 @@ from pulsar_bruce.route.outcomes import Outcomes
 from pulsar_bruce.route.registry import TopicRegistry
 from pulsar_bruce.route.topic import Topic
 from pulsar_bruce.route.topic_settings import TopicConfigurator
-from pulsar_bruce.spool.journal_stage import NO_JOURNAL, JournalStage
+from pulsar_bruce.spool.journal_stage import NO_JOURNAL
 from pulsar_bruce.topics.rate_limit import RateLimiter
 
 log = logging.getLogger(__name__)
 
 #: Failures of a metadata lookup that a later try may cure.
 _LOOKUP_FAILURES = (TopicLookupError, ConnectionClosedError, ServerError, OSError, TimeoutError)
+
+
+@dataclass(slots=True)
+class TopicChanges:
+    """What the topic manager did that the write-ahead journal must know, written down until
+    the pipeline takes it (``pipeline/journalling.py``): the pipeline builds it, the manager
+    only adds to it."""
+
+    #: Topics seen for the first time (their messages may wait for partitions).
+    topics: list[Topic] = field(default_factory=list)
+    #: Producers created, each with the topic and partition it serves as senders name it.
+    placed: list[tuple[PartitionProducer, str, int]] = field(default_factory=list)
+    #: Producers whose open batch got its first message, or which sealed a batch.
+    touched: set[PartitionProducer] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return bool(self.topics or self.placed or self.touched)
+
+    def clear(self) -> None:
+        self.topics.clear()
+        self.placed.clear()
+        self.touched.clear()
 
 
 class TopicManager:
@@ -59,7 +85,8 @@ class TopicManager:
         *,
         producer_name: str | None = None,
         metadata_refresh_s: float = 0.0,
-        journal: JournalStage = NO_JOURNAL,
+        changes: TopicChanges | None = None,
+        send_journal: SendJournal = NO_JOURNAL,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = epoch_ms,
     ):
@@ -71,8 +98,12 @@ class TopicManager:
         self.metadata_refresh_s = metadata_refresh_s
         #: The drivers' clocks: now in seconds (timeouts, latencies), in epoch ms (frames).
         self.clock, self.wall_ms = clock, wall_ms
-        #: The journal stage: the write-ahead journal, or none (``spool/journal_stage.py``).
-        self.journal = journal
+        #: What the journal must know of what the manager did (the pipeline takes it).
+        self.changes = TopicChanges() if changes is None else changes
+        #: The drivers' one declared hook into the journal, which the manager only hands to
+        #: the drivers it makes: they frame on timers and receipts, outside any drain, and a
+        #: batch's ids are journalled before its frame is written (``producer/delivery.py``).
+        self.send_journal = send_journal
         self.drivers: dict[int, ProducerDriver] = {}
         self.rate_limiter = RateLimiter(settings)
         self._dirty: set[ProducerDriver] = set()
@@ -128,7 +159,7 @@ class TopicManager:
             self.batch_sealed(producer)
 
     def topic_added(self, topic: Topic) -> None:
-        self.journal.topic_added(topic)
+        self.changes.topics.append(topic)
         self.apply_settings(topic)
         self._spawn(self._resolve_partitions(topic))
 
@@ -147,12 +178,12 @@ class TopicManager:
     def batch_opened(self, producer: PartitionProducer) -> None:
         self.drivers[producer.producer_id].arm_linger()
         if not producer.exactly_once:
-            self.journal.touched(producer)
+            self.changes.touched.add(producer)
 
     def batch_sealed(self, producer: PartitionProducer) -> None:
         self._dirty.add(self.drivers[producer.producer_id])
         if not producer.exactly_once:
-            self.journal.touched(producer)
+            self.changes.touched.add(producer)
 
     # -- producers under a stream sender's name and ids (route/sequenced.py) -----------------
 
@@ -171,7 +202,7 @@ class TopicManager:
             self.pool,
             self.outcomes.for_topic(topic),
             self.delivery,
-            journal=self.journal,  # which journals only the producers it was told of
+            journal=self.send_journal,  # never placed, so never journalled
             clock=self.clock,
             wall_ms=self.wall_ms,
         )
@@ -197,9 +228,10 @@ class TopicManager:
             topic.remove_sequenced(driver.producer)
 
     def flush_dirty(self) -> None:
-        """After a socket drain: journal what it read, write the batches that filled up."""
+        """Write the batches sealed since the last call (what :meth:`collect` takes first).
+        After a drain or a replay the pipeline has journalled them already; the drivers'
+        hook journals what is framed in any case."""
         self.collect()
-        self.journal.sync()
         if self._dirty:
             for driver in self._dirty:
                 driver.flush()
@@ -264,9 +296,9 @@ class TopicManager:
             producer = PartitionProducer(name, index, next(self._producer_ids), policy)
             if self.producer_name:
                 producer.name_as(self.producer_name)
-            self.journal.producer_added(producer, topic.name, index)
+            self.changes.placed.append((producer, topic.name, index))
             self.drivers[producer.producer_id] = ProducerDriver(
-                producer, self.pool, listener, self.delivery, journal=self.journal,
+                producer, self.pool, listener, self.delivery, journal=self.send_journal,
                 clock=self.clock, wall_ms=self.wall_ms,
             )  # fmt: skip
             self._by_broker_topic[name] = producer

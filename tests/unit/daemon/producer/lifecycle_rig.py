@@ -55,7 +55,9 @@ class Outcomes:
         self.certainly_unstored: list[bytes] = []
         #: The broker, to tell what the daemon can know (see ``Broker.may_be_stored``).
         self.broker: Broker | None = None
-        self.journal: Journal | None = None
+        #: Batches settled since the process last told its journal (as ``route/outcomes.py``
+        #: writes them down for the pipeline to take).
+        self.settled: list[SealedBatch] = []
 
     def batches_sent(self, batches: list[SealedBatch], resent_messages: int) -> None:
         pass
@@ -91,8 +93,7 @@ class Outcomes:
         raise AssertionError("no other producer holds the name")
 
     def _settle(self, batch: SealedBatch) -> None:
-        if self.journal is not None:
-            self.journal.settled(batch)
+        self.settled.append(batch)
 
 
 class Process(BrokerAnswers):
@@ -108,7 +109,7 @@ class Process(BrokerAnswers):
         self._unstored_logged = set()
         self.journal = Journal(directory, "never")
         self.recovered = self.journal.open()
-        outcomes.journal = self.journal
+        outcomes.settled.clear()  # what the dead run settled died with it
         self.producer = PartitionProducer(broker.topic, 0, PRODUCER_ID, BatchPolicy())
         self.producer.name, self.producer.name_is_ours = NAME, True
         self.journal.producer_added(self.producer, broker.topic, 0)
@@ -139,17 +140,32 @@ class Process(BrokerAnswers):
                 self.journal.touched(producer)
         self.journal.drop_previous()
 
+    # -- what the pipeline does (``pipeline/journalling.py``) ------------------------------
+
+    def sync(self) -> None:
+        """After a drain: what settled since, then what it added, journalled."""
+        journal = self.journal
+        for batch in self.outcomes.settled:
+            journal.settled(batch)
+        self.outcomes.settled.clear()
+        journal.sync()
+
+    def tick(self) -> None:
+        """About once a second: the journal records what settled meanwhile."""
+        self.sync()
+        self.journal.tick()
+
     # -- what the driver does ------------------------------------------------------------
 
     def add(self, *values: bytes) -> None:
         for value in values:
             self.producer.batch.append(b"", 0, value, 0, len(value) + 40)
         self.journal.touched(self.producer)
-        self.journal.sync()
+        self.sync()
 
     def seal(self) -> None:
         self.producer.seal()
-        self.journal.sync()
+        self.sync()
 
     def connect(self) -> None:
         renumbered = self.producer.on_registered(NAME, self.broker.last_sequence_id())
@@ -254,14 +270,13 @@ class Process(BrokerAnswers):
         self.seal()  # Pipeline.seal_all: journalled as sealed before it is given up
         for batch in self.producer.take_all():
             self.listener.batch_discarded(batch, reasons.given_up(reasons.SHUTDOWN, batch))
-        self.journal.sync()
-        self.journal.tick()  # a clean stop records what settled
+        self.tick()  # a clean stop records what settled
         self.drop_connection(processed=0)
 
     def crash(self) -> Process:
         """A second passes (the journal records what settled), then the process is killed
         (its connection's unprocessed Sends are lost); the next run starts from its journal."""
-        self.journal.tick()
+        self.tick()
         self.kill()
         return Process(self.journal.directory, self.outcomes, self.broker, self.max_attempts)
 

@@ -54,6 +54,7 @@ def test_a_batch_split_twice_is_settled_when_its_quarters_are_acked(tmp_path: Pa
     first.max_frame = 1024 + 6000  # 100 messages: quarters of 25
     first.settle_all()
     assert broker.stored_ids == [(0, 24), (25, 49), (50, 74), (75, 99)]
+    first.tick()  # the pipeline tells the journal what settled
     journal = first.journal
     assert journal is not None
     assert not journal._entries and not journal._replaces  # nothing held for what settled

@@ -242,7 +242,7 @@ class ProducerIdsMachine(RuleBasedStateMachine):
     def crash_and_replay(self, settles_recorded: bool) -> None:
         """The process is killed (maybe before the journal recorded what settled last)."""
         if settles_recorded:
-            self.process.journal.tick()
+            self.process.tick()
         self.process.kill()
         max_frame, max_attempts = self.process.max_frame, self.process.max_attempts
         self.process = Process(self.directory, self.outcomes, self.broker, max_attempts)

@@ -51,3 +51,17 @@ def test_no_part_asks_whether_there_is_a_journal() -> None:
         if asking.search(line)
     ]
     assert not found, f"ask the journal stage instead: {found}"
+
+
+def test_only_the_pipeline_holds_the_journal() -> None:
+    """The topic manager, the outcomes and the spooler take no journal: they write down what
+    happened and the pipeline hands it over (``pipeline/journalling.py``), whose calls are
+    also the drivers' one hook (``SendJournal``)."""
+    holding = re.compile(r"\bJournalStage\b|\bspool\.journal import\b")
+    found = [
+        str(path.relative_to(PACKAGE))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.parent.name != "pipeline" and not path.name.startswith("journal")
+        if holding.search(path.read_text())
+    ]
+    assert not found, f"hand the pipeline what happened instead: {found}"
