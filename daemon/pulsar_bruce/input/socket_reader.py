@@ -48,6 +48,11 @@ LINGER_MAX_US = 2000
 LINGER_MIN_US = 50
 #: The shortest a linger adapts down to (a fast sender); the thread's NAP_MIN_NS.
 LINGER_FLOOR_S = 20e-6
+#: A slab this large in bytes is not small, whatever its count (the thread's NAP_BYTES):
+#: a sender's send buffer (``net.core.wmem_default``, 208 KiB) holds about fifteen 10 KB
+#: datagrams, so a fast sender of large values blocks long before the queue is full, and
+#: a linger that waited for a count of them would stall it.
+LINGER_BYTES = 32 * 1024
 
 
 #: Where the compiled reader reads (``thread`` or ``loop``) instead of choosing by the
@@ -117,6 +122,8 @@ class DatagramReader:
         #: The next linger: adapts to the rate (:meth:`_linger_over`), 20 µs..``linger_us``.
         self._linger_s = linger_us / 1e6
         self._resume: asyncio.TimerHandle | None = None
+        #: Bytes the last :meth:`drain` took (with its count, whether a slab was small).
+        self.drained_bytes = 0
         self._handle = handle
         #: Admits a slab's datagrams in order, in one call (``Intake.admit_datagrams``; by
         #: default ``handle`` for each): the compiled reader's.
@@ -157,7 +164,8 @@ class DatagramReader:
 
     def _linger_after(self, count: int) -> None:
         loop = self._loop
-        if 0 < count < SLAB // 2 and self.linger_us and loop is not None:
+        small = 0 < count < SLAB // 2 and self.drained_bytes < LINGER_BYTES
+        if small and self.linger_us and loop is not None:
             loop.remove_reader(self.sock.fileno())
             self._resume = loop.call_later(self._linger_s, self._linger_over)
 
@@ -173,14 +181,15 @@ class DatagramReader:
 
     def _linger_over(self) -> None:
         """Watch again, and take what came meanwhile, which says the rate: the next linger
-        is halved when a slab or more came, doubled (up to ``linger_us``) when under a
-        quarter did, so a fast sender never finds the kernel queue full meanwhile."""
+        is halved when a slab or more came (or ``LINGER_BYTES``), doubled (up to
+        ``linger_us``) when under a quarter did, so a fast sender never finds the kernel
+        queue, or its send buffer, full meanwhile."""
         self._resume = None
         if self._loop is None:
             return
         self._loop.add_reader(self.sock.fileno(), self._on_readable)
         count = self.drain()
-        if count >= SLAB:
+        if count >= SLAB or self.drained_bytes >= LINGER_BYTES:
             self._linger_s = max(self._linger_s / 2, LINGER_FLOOR_S)
         elif count < SLAB // 4:
             self._linger_s = min(self._linger_s * 2, self.linger_us / 1e6)
@@ -224,11 +233,12 @@ class DatagramReader:
         handle = self._handle
         after_slab = self.stage.after_slab if self.journalled else None
         flags = socket.MSG_PEEK if self.peek else 0
-        count = unsettled = 0
+        count = unsettled = taken_bytes = 0
         try:
             while count < limit:
                 size = recv_into(view, 0, flags)
                 handle(view[:size].tobytes())
+                taken_bytes += size
                 count += 1
                 unsettled += 1
                 if after_slab is not None and unsettled == SLAB:
@@ -238,6 +248,7 @@ class DatagramReader:
             pass
         if after_slab is not None and unsettled:
             after_slab(self._peeked(unsettled))
+        self.drained_bytes = taken_bytes
         return count
 
     def _peeked(self, count: int) -> tuple[int, int] | None:
@@ -316,6 +327,7 @@ class ThreadedDatagramReader(DatagramReader):
 
     def drain(self) -> int:
         """Handle what the thread has read (then, if it is stopped, the socket's queue)."""
+        self.drained_bytes = 0  # counted for the loop's own reads (the thread naps itself)
         count = 0
         while count < _MAX_PER_WAKEUP:
             taken = self._taken or (self._receiver.take() if self.threaded else None)
@@ -336,9 +348,11 @@ class ThreadedDatagramReader(DatagramReader):
     def _drain_socket(self, limit: int) -> int:
         """Read on the loop, a slab per ``recvmmsg``, until the socket is empty or ``limit``
         are handled."""
-        read_now = self._receiver.read_now
+        receiver = self._receiver
+        read_now = receiver.read_now
         admit_run = self.admit_run
         after_slab = self.stage.after_slab if self.journalled else None
+        bytes_before = receiver.read_bytes
         count = 0
         while count < limit:
             datagrams = read_now(limit - count)
@@ -348,6 +362,7 @@ class ThreadedDatagramReader(DatagramReader):
             count += len(datagrams)
             if after_slab is not None:
                 after_slab(self._peeked(len(datagrams)))
+        self.drained_bytes = receiver.read_bytes - bytes_before
         return count
 
     def start_peeking(self) -> bool:

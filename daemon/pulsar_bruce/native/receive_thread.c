@@ -40,16 +40,18 @@ void pb_receiver_headers(Receiver *self, unsigned char *arena, int first, int ro
 
 /* Nap for more datagrams (the read linger's current length). */
 static void receiver_nap(Receiver *self) {
+    __atomic_fetch_add(&self->naps, 1, __ATOMIC_RELAXED);
     struct timespec nap = {0, self->nap_now_ns};
     nanosleep(&nap, NULL);
 }
 
-/* After a nap, what came meanwhile (``came`` of ``room``) says the rate: the next nap is
- * halved when the slab filled, doubled (up to nap_ns) when under a quarter came, so a
- * slab takes tens of datagrams at a moderate rate and a fast sender never finds the
- * kernel queue full while the thread naps. */
-static void receiver_adapt(Receiver *self, int came, int room) {
-    if (came >= room) {
+/* After a nap, what came meanwhile (``came`` of ``room``, ``came_bytes``) says the rate:
+ * the next nap is halved when the slab filled (or NAP_BYTES came), doubled (up to nap_ns)
+ * when under a quarter came, so a slab takes tens of datagrams at a moderate rate and a
+ * fast sender never finds the kernel queue (or its send buffer) full while the thread
+ * naps. */
+static void receiver_adapt(Receiver *self, int came, int room, size_t came_bytes) {
+    if (came >= room || came_bytes >= NAP_BYTES) {
         self->nap_now_ns /= 2;
         if (self->nap_now_ns < NAP_MIN_NS) self->nap_now_ns = NAP_MIN_NS;
     } else if (came < PER_SLAB / 4) {
@@ -59,12 +61,15 @@ static void receiver_adapt(Receiver *self, int came, int room) {
 }
 
 /* Fill one slab with recvmmsg until it is full, or the socket is empty and the loop
- * idle.  Returns the datagrams to publish; 0 when the loop took the partial slab
- * itself; -1 when the thread must end (stop asked, socket error) with nothing held. */
-static int receiver_fill(Receiver *self, Slab *slab) {
+ * idle.  Returns the datagrams to publish (their bytes in ``*filled``); 0 when the loop
+ * took the partial slab itself; -1 when the thread must end (stop asked, socket error)
+ * with nothing held. */
+static int receiver_fill(Receiver *self, Slab *slab, size_t *filled) {
     struct mmsghdr headers[PER_SLAB];
     struct iovec vectors[PER_SLAB];
     int count = 0, hangup = 0, naps = 0, napped = 0;
+    size_t bytes = 0;
+    *filled = 0;
     if (self->nap_first) {  /* the last slab was small: let this one fill first */
         naps = NAPS;
         receiver_nap(self);
@@ -74,13 +79,19 @@ static int receiver_fill(Receiver *self, Slab *slab) {
         int room = PER_SLAB - count;
         pb_receiver_headers(self, slab->arena, count, room, headers, vectors);
         int got = recvmmsg(self->sock_fd, headers, (unsigned int)room, MSG_DONTWAIT, NULL);
+        size_t got_bytes = 0;
+        for (int i = 0; i < got; i++) {
+            slab->lengths[count + i] = headers[i].msg_len;
+            got_bytes += headers[i].msg_len;
+        }
         if (napped && (got >= 0 || errno == EAGAIN || errno == EWOULDBLOCK)) {
-            receiver_adapt(self, got > 0 ? got : 0, room);
+            receiver_adapt(self, got > 0 ? got : 0, room, got_bytes);
             napped = 0;
         }
         if (got > 0) {
-            for (int i = 0; i < got; i++) slab->lengths[count + i] = headers[i].msg_len;
             count += got;
+            bytes += got_bytes;
+            *filled = bytes;
             __atomic_fetch_add(&self->calls, 1, __ATOMIC_RELAXED);  /* stats reads it */
             continue;
         }
@@ -90,7 +101,8 @@ static int receiver_fill(Receiver *self, Slab *slab) {
             return count > 0 ? count : -1;  /* socket closed under us */
         }
         if (hangup) return count > 0 ? count : -1;  /* shut down and empty: poll() would spin */
-        if (self->nap_ns && count > 0 && count < PER_SLAB / 2 && naps < NAPS) {
+        if (self->nap_ns && count > 0 && count < PER_SLAB / 2 && bytes < NAP_BYTES &&
+            naps < NAPS) {
             naps++;
             receiver_nap(self);
             napped = 1;
@@ -136,8 +148,9 @@ void *pb_receiver_main(void *arg) {
         int stopping = self->stopping;
         pthread_mutex_unlock(&self->lock);
         if (stopping) break;
-        int count = receiver_fill(self, slab);
-        self->nap_first = self->nap_ns && count > 0 && count < PER_SLAB / 2;
+        size_t bytes;
+        int count = receiver_fill(self, slab, &bytes);
+        self->nap_first = self->nap_ns && count > 0 && count < PER_SLAB / 2 && bytes < NAP_BYTES;
         if (count == 0) continue;
         if (count < 0) break;
         pthread_mutex_lock(&self->lock);

@@ -153,7 +153,10 @@ static PyObject *receiver_read_now(Receiver *self, PyObject *limit_object) {
     if (got == 0) Py_RETURN_NONE;
     __atomic_fetch_add(&self->calls, 1, __ATOMIC_RELAXED);
     self->datagrams += (unsigned long long)got;  /* the thread is not running: no race */
-    for (int i = 0; i < got; i++) lengths[i] = headers[i].msg_len;
+    for (int i = 0; i < got; i++) {
+        lengths[i] = headers[i].msg_len;
+        self->read_bytes += headers[i].msg_len;
+    }
     return receiver_list(self, self->scratch, lengths, got);
 }
 
@@ -196,6 +199,12 @@ static PyObject *receiver_get_running(Receiver *self, void *c) {
 static PyObject *receiver_get_error(Receiver *self, void *c) {
     return PyLong_FromLong(__atomic_load_n(&self->thread_errno, __ATOMIC_RELAXED));
 }
+static PyObject *receiver_get_read_bytes(Receiver *self, void *c) {
+    return PyLong_FromUnsignedLongLong(self->read_bytes);
+}
+static PyObject *receiver_get_naps(Receiver *self, void *c) {
+    return PyLong_FromUnsignedLongLong(__atomic_load_n(&self->naps, __ATOMIC_RELAXED));
+}
 static PyObject *receiver_get_stats(Receiver *self, void *c) {
     pthread_mutex_lock(&self->lock);
     unsigned long long calls = __atomic_load_n(&self->calls, __ATOMIC_RELAXED);
@@ -232,6 +241,11 @@ static PyGetSetDef receiver_getset[] = {
     {"wake_fd", (getter)receiver_get_wake_fd, NULL, "readable when a slab is ready", NULL},
     {"running", (getter)receiver_get_running, NULL, "the thread runs", NULL},
     {"error", (getter)receiver_get_error, NULL, "errno that ended the thread, or 0", NULL},
+    {"read_bytes", (getter)receiver_get_read_bytes, NULL,
+     "bytes of the datagrams read_now() has returned (the loop's reads; the read linger)",
+     NULL},
+    {"naps", (getter)receiver_get_naps, NULL, "naps the thread has taken (the read linger)",
+     NULL},
     {"stats", (getter)receiver_get_stats, NULL,
      "(recvmmsg calls, datagrams published, slabs waiting for the loop, "
      "datagrams the thread holds while the loop is busy)", NULL},

@@ -36,11 +36,14 @@ class Rig:
         receiver: socket.socket,
         also: Callable[[bytes], None] | None = None,
         linger_us: int = 0,
+        max_bytes: int = MAX,
     ) -> None:
         self.handled: list[bytes] = []
         self.drains = 0
         self._also = also
-        self.reader = self.reader_class(receiver, self._handle, self, MAX, linger_us=linger_us)
+        self.reader = self.reader_class(
+            receiver, self._handle, self, max_bytes, linger_us=linger_us
+        )
 
     def _handle(self, data: bytes) -> None:
         self.handled.append(data)
@@ -272,6 +275,75 @@ def test_the_linger_shortens_for_a_fast_sender_and_grows_back_for_a_slow_one(
         reader.stop()
 
     run_on_clock(test(), clock)
+
+
+#: Two of these are a large slab by bytes (``LINGER_BYTES``), however few.
+LARGE = 20_000
+
+
+def test_a_few_large_datagrams_are_no_small_slab_and_end_a_linger_early(
+    pair: tuple[socket.socket, socket.socket], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slab is small by bytes too: a sender's send buffer holds only about fifteen
+    10 KB datagrams, so a reader that lingered after a few large ones would stall a fast
+    sender long before the kernel queue is full.  Two 20 KB datagrams end no linger
+    after them, and arriving during one halve the next."""
+    monkeypatch.setenv(socket_reader.RECEIVE_ENV, "loop")
+    sender, receiver = pair
+    clock = FakeClock()
+    rig = Rig(receiver, linger_us=2000, max_bytes=2 * LARGE)
+    reader = rig.reader
+
+    async def test() -> None:
+        reader.start()
+        sender.send(b"a" * LARGE)
+        sender.send(b"b" * LARGE)
+        await until(lambda: len(rig.handled) == 2, "the two large datagrams")
+        assert reader.drained_bytes == 2 * LARGE
+        assert not reader.lingering  # two datagrams, but 40 KB: read on at once
+        sender.send(b"small")
+        await until_soon(lambda: reader.lingering, "a linger after one small datagram")
+        sender.send(b"c" * LARGE)
+        sender.send(b"d" * LARGE)
+        await until(lambda: len(rig.handled) == 5, "the large datagrams after the linger")
+        assert reader.next_linger_s == pytest.approx(0.001)  # 40 KB came: halved
+        assert not reader.lingering
+        reader.stop()
+
+    run_on_clock(test(), clock)
+
+
+@pytest.mark.skipif(compiled is None, reason="the compiled intake is not built")
+@pytest.mark.parametrize(
+    ("size", "naps"), [(100, True), (LARGE, False)], ids=["small-naps", "large-reads-on"]
+)
+def test_the_thread_naps_after_a_slab_small_in_count_and_in_bytes_only(
+    pair: tuple[socket.socket, socket.socket],
+    size: int,
+    naps: bool,
+    reader_class: type[DatagramReader],
+) -> None:
+    """Three datagrams queued before the thread starts: 300 bytes make a small slab, which
+    naps once for more before it is published; 60 KB do not, whatever their count (a
+    fast sender of large values blocks on its send buffer first)."""
+    assert compiled is not None
+    if reader_class is not ThreadedDatagramReader:
+        pytest.skip("the receive thread itself: once")
+    sender, receiver = pair
+    for _ in range(3):
+        sender.send(b"x" * size)
+    thread = compiled.Receiver(receiver.fileno(), 2 * LARGE, nap_us=100_000)
+    thread.start()
+    try:
+        taken: list[bytes] = []
+        deadline = time.monotonic() + 10
+        while len(taken) < 3 and time.monotonic() < deadline:
+            taken += thread.take() or []
+            time.sleep(0.001)
+        assert [len(data) for data in taken] == [size] * 3
+        assert (thread.naps > 0) is naps  # a small slab naps (then the next one first)
+    finally:
+        thread.stop()
 
 
 @pytest.mark.parametrize("qlen", [10, 512], ids=["no-naps", "naps"])
