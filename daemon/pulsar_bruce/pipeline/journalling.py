@@ -38,8 +38,11 @@ class JournalCalls:
     def sync(self, consume: tuple[int, int] | None = None) -> None:
         """After a slab, a drain or a replay: what happened since, journalled in one write;
         then (``consume``: socket fd, datagrams peeked) the slab taken off its socket."""
-        self._tell()
-        self._tell_settled()
+        changes = self.changes  # (tested here: this runs after every slab)
+        if changes.topics or changes.placed or changes.touched:
+            self._tell()
+        if self.outcomes.settled:
+            self._tell_settled()
         self.journal.sync(consume)
 
     def tick(self) -> None:

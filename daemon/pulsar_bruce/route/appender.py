@@ -36,14 +36,17 @@ class Appender:
     down whose batch opened (its linger timer is due) and whose sealed (to be written)."""
 
     def __init__(self) -> None:
-        self._opened: list[PartitionProducer] = []
-        self._sealed: list[PartitionProducer] = []
+        #: Producers whose batch opened, and whose batch was sealed, since the last
+        #: :meth:`take_batches` (read-only outside: the edge tests them after every slab,
+        #: and takes them only when there are some).
+        self.batches_opened: list[PartitionProducer] = []
+        self.batches_sealed: list[PartitionProducer] = []
 
     def take_batches(self) -> tuple[list[PartitionProducer], list[PartitionProducer]]:
         """The producers whose batch opened, and those whose batch was sealed, since the last
         call, in order (a producer once per batch)."""
-        opened, sealed = self._opened, self._sealed
-        self._opened, self._sealed = [], []
+        opened, sealed = self.batches_opened, self.batches_sealed
+        self.batches_opened, self.batches_sealed = [], []
         return opened, sealed
 
     def append(
@@ -70,7 +73,7 @@ class Appender:
         if confirmation is not None or into.tags is not None:
             into.tag_last(confirmation)
         if batch.count == 1:
-            self._opened.append(producer)
+            self.batches_opened.append(producer)
         if (
             delayed
             or batch.count >= limits.max_messages
@@ -82,12 +85,12 @@ class Appender:
         """Seal ``producer``'s open batch (full, or around a delayed message) and write it
         down (the compiled admitter calls this too)."""
         producer.seal()
-        self._sealed.append(producer)
+        self.batches_sealed.append(producer)
 
     def opened(self, producer: PartitionProducer) -> None:
         """The first message went into ``producer``'s empty batch (the compiled admitter's
         call-out)."""
-        self._opened.append(producer)
+        self.batches_opened.append(producer)
 
     def place(
         self,
@@ -118,7 +121,7 @@ class Appender:
         producers = topic.producers
         producer = producers[partition] if 0 <= partition < len(producers) else topic.choose(-1)
         producer.replay(batch)  # under its ids where it may keep them (``BatchQueue.replay``)
-        self._sealed.append(producer)
+        self.batches_sealed.append(producer)
 
     def route_waiting(self, topic: Topic) -> None:
         """``topic`` has producers now: queue its spooled batches, route its waiting messages."""

@@ -36,7 +36,8 @@ class TopicRegistry:
         #: Keyed by full Pulsar name.
         self.by_name: dict[str, Topic] = {}
         self._configurator = configurator
-        self._added: list[Topic] = []
+        #: Topics created since the last :meth:`take_added` (read-only outside).
+        self.added: list[Topic] = []
         self._bad: set[bytes] = set()
 
     def __iter__(self) -> Iterator[Topic]:
@@ -47,7 +48,7 @@ class TopicRegistry:
 
     def take_added(self) -> list[Topic]:
         """The topics created since the last call, in order."""
-        added, self._added = self._added, []
+        added, self.added = self.added, []
         return added
 
     def lookup(self, topic_bytes: bytes) -> Topic | None:
@@ -69,7 +70,7 @@ class TopicRegistry:
             self.by_name[name] = topic
             if self._configurator is not None:
                 self._configurator.apply(topic)
-            self._added.append(topic)
+            self.added.append(topic)
         self.by_bytes[topic_bytes] = topic
         self.states[topic_bytes] = topic.state
         return topic

@@ -120,7 +120,7 @@ class Journal:
         """After a drain (or a slab): journal every batch touched and every waiting message,
         in one write.  ``consume`` (socket fd, count): the slab was peeked; take it off the
         socket's queue right after the write (see ``SegmentFiles.append``)."""
-        if self.stopped is None:
+        if self.files.stopped is None:
             touched = self._touched
             for producer in list(touched):
                 self.sync_producer(producer)
@@ -134,7 +134,7 @@ class Journal:
     def sync_producer(self, producer: PartitionProducer) -> None:
         """Journal ``producer``'s newly queued batches and its open batch's new bytes."""
         where = self._where.get(producer.producer_id)
-        if where is None or self.stopped is not None:
+        if where is None or self.files.stopped is not None:
             return
         for batch, sealed_from in producer.queue.take_queued():
             self._queued(batch, where, sealed_from)

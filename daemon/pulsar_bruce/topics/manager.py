@@ -148,15 +148,18 @@ class TopicManager:
     def collect(self) -> None:
         """What the intake did since the last call: new topics are looked up, the batches it
         opened get their linger timers, those it sealed are marked to be written."""
-        for topic in self.registry.take_added():
-            self.topic_added(topic)
+        registry, appender = self.registry, self.appender
+        if registry.added:  # (tested first: this runs after every slab, mostly for nothing)
+            for topic in registry.take_added():
+                self.topic_added(topic)
         if self._sequenced:
             self._forget_closed()
-        opened, sealed = self.appender.take_batches()
-        for producer in opened:
-            self.batch_opened(producer)
-        for producer in sealed:
-            self.batch_sealed(producer)
+        if appender.batches_opened or appender.batches_sealed:
+            opened, sealed = appender.take_batches()
+            for producer in opened:
+                self.batch_opened(producer)
+            for producer in sealed:
+                self.batch_sealed(producer)
 
     def topic_added(self, topic: Topic) -> None:
         self.changes.topics.append(topic)
