@@ -159,7 +159,13 @@ class Topic:
             kept = batch.sequence_id if batch.producer_name else -1
             front.append(
                 spool_records.encode_batch(
-                    self.name, partition, kept, batch.count, batch.payload, batch.producer_name
+                    self.name,
+                    partition,
+                    kept,
+                    batch.count,
+                    batch.payload,
+                    batch.producer_name,
+                    stored_before=batch.stored_before,
                 )
             )
             count += batch.count
@@ -180,6 +186,7 @@ class Topic:
                         batch.count,
                         batch.payload,
                         sent_as,
+                        stored_before=batch.stored_before,  # without ids, still a possible dup
                     )
                 )
                 count += batch.count

@@ -13,8 +13,9 @@ sealed batch taken out of memory at shutdown: topic, partition, sequence id,
 message count and the uncompressed batch entries), ``PRODUCED_BATCH`` (the
 same for a batch that had been sent, plus the producer name its sequence ids
 belong to, so its replay can reuse them and a broker with deduplication
-enabled can drop it if it had stored it) and ``COUNT`` (a mark: how many
-messages the file held up to it).
+enabled can drop it if it had stored it; with sequence id -1, a batch that lost
+its ids but may be stored under earlier ones: its replay is a possible duplicate)
+and ``COUNT`` (a mark: how many messages the file held up to it).
 
 A damaged stretch of a file (flipped bytes, a hole) may hide several records,
 their headers included, so the headers alone cannot say how many messages it
@@ -45,6 +46,10 @@ KINDS: Final = (DATAGRAM, BATCH, PRODUCED_BATCH, COUNT)
 _HEADER = struct.Struct(">4sII")  # magic, length, crc
 _BATCH_HEAD = struct.Struct(">HiqI")  # topic length, partition, sequence id, count
 _NAME_LENGTH = struct.Struct(">H")  # PRODUCED_BATCH: producer name length, after the topic
+#: The name a ``PRODUCED_BATCH`` without ids carries when the batch had none (its mark:
+#: an earlier write may be stored; the name itself is not used for such a record).
+STORED_BEFORE_NAME: Final = "-"
+
 _COUNT = struct.Struct(">Q")  # COUNT: messages written to the file before the mark
 HEADER_SIZE: Final = _HEADER.size
 #: The size of a ``COUNT`` mark.
@@ -65,8 +70,13 @@ def encode_batch(
     count: int,
     entries: bytes,
     producer_name: str = "",
+    stored_before: bool = False,
 ) -> bytes:
-    """A ``BATCH`` record, or a ``PRODUCED_BATCH`` one when ``producer_name`` is given."""
+    """A ``BATCH`` record, or a ``PRODUCED_BATCH`` one when ``producer_name`` is given;
+    ``stored_before`` without ids (``sequence_id`` -1): a ``PRODUCED_BATCH`` whatever the
+    name (the reader takes a name without ids for that mark, :func:`decode_batch`)."""
+    if stored_before and sequence_id < 0:
+        producer_name = producer_name or STORED_BEFORE_NAME
     name = topic.encode()
     head = _BATCH_HEAD.pack(len(name), partition, sequence_id, count) + name
     if not producer_name:

@@ -185,6 +185,29 @@ def test_shutdown_keeps_everything_in_the_spool_for_the_next_start(tmp_path: Pat
     assert again.store is not None and again.store.is_empty
 
 
+@pytest.mark.parametrize("stored_before", [True, False], ids=["may-be-stored", "never-sent"])
+def test_a_batch_without_ids_that_may_be_stored_says_so_in_the_spool(
+    tmp_path: Path, stored_before: bool
+) -> None:
+    """A batch renumbered after a refusal has no ids but may be stored under its old ones
+    (``stored_before``, as ``BatchQueue.release`` leaves it): its spool record at shutdown
+    keeps that, so its replay at the next start is a possible duplicate, as the journal's
+    record makes it; a batch never sent is not."""
+    h = Harness(buffer_max_bytes=4 * 31, spool_dir=tmp_path, policy=BatchPolicy(max_messages=2))
+    h.send(any_msg(value=b"a"))
+    (producer,) = h.attach()
+    h.send(any_msg(value=b"b"))  # sealed: pending, no ids yet
+    (batch,) = producer.pending
+    assert batch.sequence_id < 0
+    batch.stored_before = stored_before
+    assert h.shutdown_to_spool()
+
+    again = Harness(buffer_max_bytes=4 * 31, spool_dir=tmp_path)
+    again.replay_all()
+    assert again.ledger.received == again.ledger.acked == 2
+    assert again.ledger.possible_duplicates == (2 if stored_before else 0)
+
+
 def test_spool_records_of_describes_what_memory_holds() -> None:
     h = Harness(policy=BatchPolicy(max_messages=2))
     h.send(any_msg(value=b"a"))
