@@ -175,11 +175,7 @@ class _LedgerCollector:
                 "batches_uncompressed",
                 "Batches framed without compression on a topic with a codec: it would not "
                 "have saved an eighth, or they followed one that did not",
-                sum(
-                    producer.compression_tries.uncompressed
-                    for topic in self._topics
-                    for producer in topic.producers
-                ),
+                sum(topic.batches_uncompressed() for topic in self._topics),
             )
         if want("spooled_messages"):
             yield _gauge(

@@ -9,7 +9,6 @@ a key becomes a PartitionKey message whose key is the Java client's hash of it.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
@@ -47,6 +46,7 @@ class Topic:
         "_name_conflicts",
         "_partitioned",
         "_sequenced",
+        "_uncompressed_closed",
         "_waiting",
         "_waiting_batches",
         "name",
@@ -73,6 +73,8 @@ class Topic:
         self._waiting_batches: list[tuple[int, SealedBatch]] = []
         self.stats = TopicCounters()
         self._sequenced: list[PartitionProducer] = []
+        #: Batches sent uncompressed by sender producers since closed (a counter only grows).
+        self._uncompressed_closed = 0
         self._name_conflicts = 0
 
     def attach(
@@ -135,10 +137,18 @@ class Topic:
 
     def remove_sequenced(self, producer: PartitionProducer) -> None:
         """``producer`` is closed (absent already: nothing to do)."""
-        with contextlib.suppress(ValueError):
+        if producer in self._sequenced:
             self._sequenced.remove(producer)
+            self._uncompressed_closed += producer.compression_tries.uncompressed
 
     # -- counters ----------------------------------------------------------------------------
+
+    def batches_uncompressed(self) -> int:
+        """Batches framed without compression although the topic has a codec, by the
+        producers it owns and by its senders' (closed ones included)."""
+        producers = (*self.owned_producers(), *self._sequenced)
+        tries = sum(producer.compression_tries.uncompressed for producer in producers)
+        return self._uncompressed_closed + tries
 
     @property
     def name_conflicts(self) -> int:

@@ -25,7 +25,12 @@ def fake_topic(name: str, acked: int, buffered: int, ready: list[bool]) -> Any:
         for r in ready
     ]
     return SimpleNamespace(
-        name=name, stats=stats, buffered_messages=buffered, producers=producers, name_conflicts=0
+        name=name,
+        stats=stats,
+        buffered_messages=buffered,
+        producers=producers,
+        name_conflicts=0,
+        batches_uncompressed=lambda: len(producers) * acked,
     )
 
 

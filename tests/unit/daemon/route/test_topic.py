@@ -195,3 +195,20 @@ def test_non_partitioned_not_ready_still_takes_everything() -> None:
     only = topic.producers[0]
     assert topic.choose(3) is only
     assert topic.choose(-1) is only
+
+
+def test_batches_sent_uncompressed_count_once_and_never_go_down() -> None:
+    """The metric's count: the topic's own producers and its senders' (a shared producer
+    counts for its owner only), and a sender's producer closed keeps its batches counted."""
+    topic = make_topic(2)
+    other = Topic(NAME + "-partition-0")  # addresses the same broker topic: borrows it
+    other.attach([topic.producers[0]], borrowed=[topic.producers[0].producer_id])
+    sender = PartitionProducer(NAME + "-partition-1", 1, 9, BatchPolicy())
+    topic.add_sequenced(sender)
+    for producer, batches in ((topic.producers[0], 1), (topic.producers[1], 2), (sender, 4)):
+        producer.compression_tries.uncompressed = batches
+    assert topic.batches_uncompressed() == 7
+    assert other.batches_uncompressed() == 0
+    topic.remove_sequenced(sender)
+    topic.remove_sequenced(sender)  # closed twice: counted once
+    assert topic.batches_uncompressed() == 7
