@@ -37,7 +37,8 @@ from typing import Any
 
 from bench import brokers, harness
 from bench.brokers import BenchBroker, Brokers
-from bench.harness import Daemon, MachineCpu, Worker, cpu_seconds, memory_kib
+from bench.harness import Daemon, Worker
+from bench.machine import MachineCpu, cpu_seconds, memory_kib
 from bench.payloads import KINDS
 from bench.throughput import DAEMON_ARGS, Bench, add_official_compression
 

@@ -39,16 +39,8 @@ from typing import Any
 
 from bench import brokers, harness
 from bench.brokers import BenchBroker, Brokers
-from bench.harness import (
-    BenchBase,
-    BenchError,
-    Counters,
-    Daemon,
-    MachineCpu,
-    cpu_seconds,
-    memory_kib,
-    wait_for,
-)
+from bench.harness import BenchBase, BenchError, Counters, Daemon, wait_for
+from bench.machine import MachineCpu, cpu_seconds, memory_kib
 from bench.throughput_report import print_machine, print_report
 
 #: The daemon's buffer for every run (the 1M-message hold needs more than the default).
