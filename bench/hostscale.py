@@ -33,7 +33,8 @@ from collections import defaultdict
 from typing import Any
 
 from bench import harness
-from bench.harness import BenchBase, Broker, Daemon, MachineCpu, cpu_seconds
+from bench.harness import BenchBase, Broker, Daemon
+from bench.machine import MachineCpu, cpu_seconds
 from bench.workers import STAMP
 from tests.support.consume import consume
 

@@ -37,9 +37,11 @@ from typing import Any
 
 from bench import brokers, harness
 from bench.brokers import BenchBroker, Brokers
-from bench.harness import Daemon, MachineCpu, Worker, cpu_seconds, memory_kib
+from bench.harness import Daemon, Worker
+from bench.machine import MachineCpu, cpu_seconds, memory_kib
 from bench.payloads import KINDS
-from bench.throughput import DAEMON_ARGS, Bench, add_official_compression
+from bench.throughput import add_official_compression
+from bench.throughput_bench import DAEMON_ARGS, Bench
 
 SIDES = ("official", "daemon")
 #: Distinct values per sender (each seeded apart): few enough that they add little to

@@ -17,16 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import (
-    BenchError,
-    Daemon,
-    add_run_args,
-    cli,
-    cpu_seconds,
-    open_run,
-    print_machine,
-    read_qlen,
-)
+from bench.harness import BenchError, Daemon, add_run_args, cli, open_run, print_machine
+from bench.machine import cpu_seconds, read_qlen
 from tests.support.processes import Broker
 
 MODES = ("thread", "loop")

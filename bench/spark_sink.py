@@ -55,7 +55,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from bench.harness import CLOCK_TICKS, ROOT, Broker, Daemon, MachineCpu, describe_revision
+from bench.harness import ROOT, Broker, Daemon, describe_revision
+from bench.machine import CLOCK_TICKS, MachineCpu
 from bench.spark_cold import COLD_SIDES, run_child
 from tests.support.spark_session import local_session
 

@@ -13,7 +13,7 @@ from bench import harness
 from bench.profile_summary import summarize
 
 if TYPE_CHECKING:
-    from bench.throughput import RowResult, SideRun
+    from bench.throughput_rows import RowResult, SideRun
 
 #: One broker's results and its rows, as ``throughput.run_on`` returns them.
 Run = tuple[dict[str, Any], list["RowResult"]]

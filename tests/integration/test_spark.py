@@ -89,16 +89,16 @@ def test_warm_up_starts_the_workers_write_runs_in(spark: Any) -> None:
     per application, where the executors have pyarrow (asked as write() asks: here, the
     local workers run this interpreter)."""
     import to_pulsar.spark
-    from to_pulsar import spark_warm_up
+    from to_pulsar import spark_driver, spark_warm_up
 
     application = spark.sparkContext.applicationId
     spark_warm_up._started.discard(f"tasks {application}")
-    to_pulsar.spark._ARROW_ON_EXECUTORS.pop(application, None)
+    spark_driver._ARROW_ON_EXECUTORS.pop(application, None)
     to_pulsar.spark.warm_up(spark)
     for thread in threading.enumerate():
         if thread.name == "to_pulsar warm-up":
             thread.join(180)
-    assert to_pulsar.spark._ARROW_ON_EXECUTORS[application] is True
+    assert spark_driver._ARROW_ON_EXECUTORS[application] is True
     assert spark_warm_up.start_tasks(spark, lambda: True) is None
 
 
@@ -156,6 +156,7 @@ def test_write_takes_the_formats_arrow_path_where_the_executors_have_pyarrow(
     foreach_batch() for streams, which calls it."""
     import to_pulsar.spark
     from pyspark.sql import DataFrame
+    from to_pulsar import spark_driver
 
     def no_rdd(self: Any) -> Any:
         raise AssertionError("write() went through df.rdd")
@@ -178,7 +179,7 @@ def test_write_takes_the_formats_arrow_path_where_the_executors_have_pyarrow(
     assert "1 of 1000 rows were not delivered (too_large 1), 999 acked" in str(info.value)
     summary = to_pulsar.spark.write(df, topic=topic, socket=stream, tolerateDiscards=True)
     assert summary == to_pulsar.spark.WriteSummary(3, n, n - 1, {"too_large": 1})
-    assert to_pulsar.spark._ARROW_ON_EXECUTORS[spark.sparkContext.applicationId] is True
+    assert spark_driver._ARROW_ON_EXECUTORS[spark.sparkContext.applicationId] is True
 
     messages = [m for m in consume(broker.url, full(topic), n, 120) if m.value != b"warm-up"]
     assert len(messages) == n - 1

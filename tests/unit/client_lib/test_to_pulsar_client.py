@@ -190,16 +190,19 @@ def test_invalid_message_raises_before_sending(sock_path: Path, receiver: socket
 
 #: Imports made inside a function that runs only in a Spark task with Arrow batches.
 LAZY_IN_SPARK_TASKS = {("spark_task.py", "pyarrow"), ("spark_exactly_once.py", "pyspark")}
+#: The modules that import click, or pyspark, numpy and pyarrow (the [spark] extra).
+NOT_STDLIB_ONLY = {"cli.py", "spark.py", "spark_driver.py", "spark_warm_up.py", "spark_arrow.py"}
 
 
 def test_package_imports_only_stdlib() -> None:
-    """Everything but cli.py (click), spark.py and spark_warm_up.py (pyspark, the [spark]
-    extra) and spark_arrow.py (numpy and pyarrow, imported by a Spark task only once an Arrow
-    batch comes) must import with a bare interpreter (no click, no deps); none of these four
-    is imported by the package itself, and the rest imports a third-party module only inside
-    a function that runs in a Spark task (``LAZY_IN_SPARK_TASKS``)."""
+    """Everything but cli.py (click), spark.py, spark_driver.py and spark_warm_up.py
+    (pyspark, the [spark] extra) and spark_arrow.py (numpy and pyarrow, imported by a Spark
+    task only once an Arrow batch comes) must import with a bare interpreter (no click, no
+    deps); none of these five is imported by the package itself, and the rest imports a
+    third-party module only inside a function that runs in a Spark task
+    (``LAZY_IN_SPARK_TASKS``)."""
     for module in PACKAGE_DIR.glob("*.py"):
-        if module.name in ("cli.py", "spark.py", "spark_warm_up.py", "spark_arrow.py"):
+        if module.name in NOT_STDLIB_ONLY:
             continue
         tree = ast.parse(module.read_text())
         top_level = {id(node) for node in tree.body}

@@ -54,18 +54,18 @@ class _Session:
 def test_local_workers_running_this_python_are_not_asked_about_pyarrow() -> None:
     """write() asks the executors whether they have pyarrow with a job of its own; with a
     local master whose workers run this very interpreter, the answer is this one's."""
-    from to_pulsar import spark
+    from to_pulsar import spark_driver
 
     session = _Session(_Context("local[2]", sys.executable))
-    assert spark._executors_have_arrow(session)  # type: ignore[arg-type]
-    assert spark._ARROW_ON_EXECUTORS[session.sparkContext.applicationId] is True
+    assert spark_driver._executors_have_arrow(session)  # type: ignore[arg-type]
+    assert spark_driver._ARROW_ON_EXECUTORS[session.sparkContext.applicationId] is True
 
 
 def test_which_workers_run_this_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same path, or the same file in the same folder (a virtualenv's python3 and
     python); not the same file elsewhere (the system's Python, which a virtualenv's links
     to, lacks its packages), nor a cluster's workers."""
-    from to_pulsar.spark import _local_workers_run_this_python as runs_this
+    from to_pulsar.spark_driver import _local_workers_run_this_python as runs_this
 
     venv, system = tmp_path / "venv" / "bin", tmp_path / "usr" / "bin"
     for folder in (venv, system):
