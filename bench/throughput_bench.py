@@ -88,13 +88,7 @@ class Bench(BenchBase):
                 f"{result['errors']} not OK"
             )
         seconds = (result["t_last"] or time.monotonic()) - result["t0"]
-        return SideRun(
-            rate=n / seconds,
-            seconds=seconds,
-            ok=ok,
-            client_cpu_us=result["cpu_s"] / n * 1e6,
-            broker_cpu_us=broker_cpu / n * 1e6,
-        )
+        return SideRun.of(n, seconds, ok, result["cpu_s"], broker_cpu)
 
     def run_ceiling(self, row: RowSpec) -> SideRun:
         """Python send() into Python recv_into(), no daemon: what the socket allows."""
@@ -104,13 +98,8 @@ class Bench(BenchBase):
         seconds = result["t_last"] - result["t0"]
         if not result["ok"]:
             self.fail(f"kernel ceiling, {row.name}: the receiving process failed")
-        return SideRun(
-            rate=row.messages / seconds,
-            seconds=seconds,
-            ok=result["ok"],
-            client_cpu_us=result["cpu_s"] / row.messages * 1e6,
-            broker_cpu_us=0.0,
-            daemon_cpu_us=result["receiver_cpu_s"] / row.messages * 1e6,
+        return SideRun.of(
+            row.messages, seconds, result["ok"], result["cpu_s"], 0.0, result["receiver_cpu_s"]
         )
 
     # -- side (b): to_pulsar -> daemon --------------------------------------------------------
@@ -159,15 +148,7 @@ class Bench(BenchBase):
             self.fail(f"daemon side, {row.name}: the stream flush reported discards")
             ok = False
         seconds = t_done - result["t0"]
-        return SideRun(
-            rate=n / seconds,
-            seconds=seconds,
-            ok=ok,
-            client_cpu_us=result["cpu_s"] / n * 1e6,
-            broker_cpu_us=broker_cpu / n * 1e6,
-            daemon_cpu_us=daemon_cpu / n * 1e6,
-            scrapes=scrapes,
-        )
+        return SideRun.of(n, seconds, ok, result["cpu_s"], broker_cpu, daemon_cpu, scrapes)
 
     # -- the throughput table -------------------------------------------------------------------
 

@@ -37,6 +37,28 @@ class SideRun:
     daemon_cpu_us: float | None = None
     scrapes: int | None = None
 
+    @classmethod
+    def of(
+        cls,
+        n: int,
+        seconds: float,
+        ok: bool,
+        client_cpu_s: float,
+        broker_cpu_s: float,
+        daemon_cpu_s: float | None = None,
+        scrapes: int | None = None,
+    ) -> SideRun:
+        """``n`` messages in ``seconds``, the CPU seconds each part spent: per message."""
+
+        def per_message(cpu_s: float) -> float:
+            return cpu_s / n * 1e6
+
+        daemon = None if daemon_cpu_s is None else per_message(daemon_cpu_s)
+        return cls(
+            n / seconds, seconds, ok, per_message(client_cpu_s), per_message(broker_cpu_s),
+            daemon, scrapes,
+        )  # fmt: skip
+
 
 @dataclass
 class RowResult:
