@@ -335,6 +335,12 @@ class PartitionProducer:
         """Remove the in-flight batch a ``SendError`` names."""
         return self.queue.reject(sequence_id)
 
+    def holds_ids(self, batch: SealedBatch) -> bool:
+        """Whether ``batch``'s ids are its own to offer a later run (the spool at shutdown):
+        not when it has none, nor when the broker refused it while later batches may be
+        stored (it waits to go under new ids; the journal records the same, ``refused``)."""
+        return batch.sequence_id >= 0 and self.queue.replacing(batch) is None
+
     def refuse(self, batch: SealedBatch, replacement: list[SealedBatch]) -> None:
         """See :meth:`BatchQueue.refuse`."""
         self.queue.refuse(batch, replacement)

@@ -185,18 +185,21 @@ class Topic:
             for batch in producer.pending:
                 if not batch.payload:  # already framed: take the entries out of the frame
                     batch.payload = batch_entries_of(batch)
-                sent_as = ""  # the producer name its sequence ids belong to, if it was sent
-                if batch.sequence_id >= 0:
+                sent_as, kept, stored_before = "", -1, batch.stored_before
+                if producer.holds_ids(batch):  # the name they belong to: a replay keeps them
                     sent_as = batch.producer_name or producer.name or ""
+                    kept = batch.sequence_id
+                elif batch.sequence_id >= 0:  # refused: new ids next run, maybe stored before
+                    stored_before = batch.may_be_stored
                 front.append(
                     spool_records.encode_batch(
                         self.name,
                         producer.partition,
-                        batch.sequence_id,
+                        kept,
                         batch.count,
                         batch.payload,
                         sent_as,
-                        stored_before=batch.stored_before,  # without ids, still a possible dup
+                        stored_before=stored_before,  # without ids, still a possible duplicate
                     )
                 )
                 count += batch.count

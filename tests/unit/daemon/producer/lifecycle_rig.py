@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from pulsar_bruce import reasons
@@ -26,7 +27,10 @@ from pulsar_bruce.producer.faults import count_failure
 from pulsar_bruce.producer.partition_producer import BatchPolicy, PartitionProducer
 from pulsar_bruce.route.appender import Appender
 from pulsar_bruce.route.topic import Topic
+from pulsar_bruce.service.shutdown import forget_buffered, spool_records_of
+from pulsar_bruce.spool import records
 from pulsar_bruce.spool.journal import Journal
+from pulsar_bruce.spool.records import SpooledBatch
 
 from tests.unit.daemon.producer.broker_model import NAME, PRODUCER_ID, TOPIC, Broker
 from tests.unit.daemon.spool.test_journal import values_of as values_in
@@ -100,8 +104,15 @@ class Process(BrokerAnswers):
     """One run of the daemon for one partition: producer, journal, answer table; no I/O."""
 
     def __init__(
-        self, directory: Path, outcomes: Outcomes, broker: Broker, max_attempts: int = 0
+        self,
+        directory: Path,
+        outcomes: Outcomes,
+        broker: Broker,
+        max_attempts: int = 0,
+        front: Sequence[SpooledBatch] = (),
     ) -> None:
+        """A new run: what the last one's journal holds replayed, and ``front``, what a
+        shutdown wrote to the front of the spool."""
         self.outcomes = self.listener = outcomes
         self.broker = outcomes.broker = broker
         self.topic_batch_limit = 1 << 62
@@ -121,7 +132,7 @@ class Process(BrokerAnswers):
         self.max_frame = DEFAULT_MAX_MESSAGE_SIZE
         #: ``--max-send-attempts`` (0: no limit).
         self.max_attempts = max_attempts
-        for spooled in self.recovered.batches:  # as Intake.replay_batch does
+        for spooled in [*front, *self.recovered.batches]:  # as Intake.replay_batch does
             outcomes.replayed(values_in(spooled.entries))
             kept = bool(spooled.producer_name) and spooled.sequence_id >= 0
             batch = SealedBatch(
@@ -247,15 +258,20 @@ class Process(BrokerAnswers):
         """Register again.  After a re-creation the broker answers CloseProducer once every
         write of the connection is complete (the daemon reads every answer before it); a
         bookie that holds one makes the close time out, and the connection is aborted."""
-        if self.closing:
-            if self.broker.close_producer():
-                self.read_all()
-                self.producer.on_closed()
-                self.closing = False
-            else:
-                self.drop_connection(processed=0)
+        if self.closing and not self.close_answered():
+            self.drop_connection(processed=0)
         self.producer.on_disconnected()
         self.connect()
+
+    def close_answered(self) -> bool:
+        """The broker answers the re-creation's CloseProducer (False: it does not, a write
+        still held by the bookie); the registration after it is a step of its own."""
+        if not self.broker.close_producer():
+            return False
+        self.read_all()
+        self.producer.on_closed()
+        self.closing = False
+        return True
 
     def time_out(self) -> None:
         """``--send-timeout-s`` passes for every batch sealed so far (``SendTimeout._expire``)."""
@@ -272,6 +288,21 @@ class Process(BrokerAnswers):
             self.listener.batch_discarded(batch, reasons.given_up(reasons.SHUTDOWN, batch))
         self.tick()  # a clean stop records what settled
         self.drop_connection(processed=0)
+
+    def shut_down_to_spool(self) -> list[SpooledBatch]:
+        """Shutdown with a spool: what is left goes to the spool's front as the shutdown
+        writes it (``service/shutdown.py``), the journal goes (a clean stop), and so does the
+        connection; returns the front as the next run reads it."""
+        self.seal()
+        front, _, _ = spool_records_of([self.topic])
+        forget_buffered([self.topic])
+        self.journal.close()
+        self.drop_connection(processed=0)
+        self.broker.refused.clear()  # the refusals it read die with it (the spool has none)
+        return [
+            records.decode_batch(body, kind)
+            for kind, body in records.iter_records(b"".join(front))
+        ]
 
     def crash(self) -> Process:
         """A second passes (the journal records what settled), then the process is killed
