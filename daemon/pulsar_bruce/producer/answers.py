@@ -173,6 +173,16 @@ class BrokerAnswers:
                         "size); batches limited to %d bytes", producer.topic, 2 * limit,
                         limit)  # fmt: skip
         producer.limit_batch_bytes(self.topic_batch_limit)
+        if not halves and batch.receipts + 1 < batch.frames:
+            # A message in chunks whose later chunks are unanswered: the last one may be
+            # stored, which records its id, so the batches refused before it must wait for
+            # that answer too (resent under ids the broker holds, they are dropped unstored).
+            producer.refuse(batch, [])
+            self.journal.refused(producer, batch)
+            log.warning("%s: a message over the topic's maximum message size is given up once "
+                        "its other chunks are answered", producer.topic)  # fmt: skip
+            self.flush()
+            return
         if not halves:
             producer.reject(batch.sequence_id)
             reason = reasons.given_up(reasons.TOO_LARGE, batch)

@@ -71,7 +71,9 @@ class Refusals:
     def refuse(self, batch: SealedBatch, replacement: list[SealedBatch]) -> None:
         """The broker refused the in-flight ``batch`` before deduplication saw it: it waits in
         place until the batches written after it are answered (:meth:`release`), then
-        ``replacement`` (itself, or its halves, each message under its id) goes in its place."""
+        ``replacement`` (itself, or its halves, each message under its id) goes in its place;
+        none for a message in chunks over the topic's size limit, given up once its other
+        chunks are answered (the last one stored records its id: :meth:`answered_refused`)."""
         assert batch not in self._refused and self.in_flight_batch(batch.sequence_id) is batch
         if replacement != [batch]:
             self._keep_ids(batch, replacement)
@@ -91,7 +93,9 @@ class Refusals:
                 index += 1
                 continue
             del pending[index]
-            if batch.sequence_id > top:
+            if not parts:  # a message in chunks over the topic's limit: its chunks answered
+                self.failed_back.append((batch, reasons.given_up(reasons.TOO_LARGE, batch)))
+            elif batch.sequence_id > top:
                 for part in reversed(parts):
                     pending.insert(index, part)
                 index += len(parts)
