@@ -58,7 +58,7 @@ broker-start: $(RUN_STAMP)
 DURATIONS := --durations=25 --durations-min=5
 test: $(STAMP) lint apache-classpath
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(DURATIONS)
-	PULSAR_BRUCE_INTAKE=python $(BIN)/python -m pytest -q -p no:cacheprovider -m "not apache" $(DURATIONS)
+	PULSAR_BRUCE_INTAKE=python $(BIN)/python -m pytest -q -p no:cacheprovider -m "not apache and not bench" $(DURATIONS)
 
 ## apache-classpath: resolve Apache Pulsar's classpath with Maven (once; cached in ~/.cache)
 apache-classpath: $(STAMP)

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.broker
+#: Run once, in the compiled pass: they keep the tools working (the daemon's intakes are
+#: compared by the rest of the suite, which runs on both).
+pytestmark = [pytest.mark.broker, pytest.mark.bench]
 
 ROOT = Path(__file__).resolve().parents[2]
 
