@@ -352,6 +352,7 @@ class ThreadedDatagramReader(DatagramReader):
         read_now = receiver.read_now
         admit_run = self.admit_run
         after_slab = self.stage.after_slab if self.journalled else None
+        fd = self.sock.fileno() if self.peek else -1  # (``_peeked``, inline: once per slab)
         bytes_before = receiver.read_bytes
         count = 0
         while count < limit:
@@ -359,9 +360,10 @@ class ThreadedDatagramReader(DatagramReader):
             if datagrams is None:
                 break
             admit_run(datagrams)
-            count += len(datagrams)
+            taken = len(datagrams)
+            count += taken
             if after_slab is not None:
-                after_slab(self._peeked(len(datagrams)))
+                after_slab((fd, taken) if fd >= 0 else None)
         self.drained_bytes = receiver.read_bytes - bytes_before
         return count
 

@@ -120,15 +120,18 @@ class Journal:
         """After a drain (or a slab): journal every batch touched and every waiting message,
         in one write.  ``consume`` (socket fd, count): the slab was peeked; take it off the
         socket's queue right after the write (see ``SegmentFiles.append``)."""
-        if self.files.stopped is None:
+        if self.files.stopped is None:  # (this runs after every slab: each step tested first)
             touched = self._touched
-            for producer in list(touched):
-                self.sync_producer(producer)
-                if not producer.batch.count:
-                    touched.discard(producer)
-            for topic, group in list(self._waiting.items()):
-                self._sync_waiting(topic, group)
-            self._record_settled()
+            if touched:
+                for producer in list(touched):
+                    self.sync_producer(producer)
+                    if not producer.batch.count:
+                        touched.discard(producer)
+            if self._waiting:
+                for topic, group in list(self._waiting.items()):
+                    self._sync_waiting(topic, group)
+            if self._settled:
+                self._record_settled()
         self._write(consume=consume)
 
     def sync_producer(self, producer: PartitionProducer) -> None:
@@ -238,15 +241,13 @@ class Journal:
             replaces.pop(whole, None)
 
     def _open_tail(self, builder: BatchBuilder, where: tuple[bytes, int]) -> None:
-        size = builder.size
         entry = self._entries.get(builder)
-        if entry is None:
-            if not size:
-                return
-            entry = self._new_entry(builder, *where)
-        elif size <= entry.journalled_bytes:
+        journalled = 0 if entry is None else entry.journalled_bytes
+        if builder.size <= journalled:
             return
-        self._piece(entry, builder.tail(entry.journalled_bytes), builder.count)
+        if entry is None:
+            entry = self._new_entry(builder, *where)
+        self._piece(entry, builder.tail(journalled), builder.count)
 
     def _queued(
         self, batch: SealedBatch, where: tuple[bytes, int], sealed_from: BatchBuilder | None
@@ -278,13 +279,15 @@ class Journal:
         self._piece(entry, batch.payload or batch_entries_of(batch), batch.count)
         return entry
 
-    def _piece(self, entry: JournalEntry, data: bytes, total_count: int) -> None:
+    def _piece(self, entry: JournalEntry, data: bytes | bytearray, total_count: int) -> None:
         offset = entry.journalled_bytes
         count = total_count - entry.journalled_count
         self._out.append(jr.piece(entry.item, offset, count, entry.topic, entry.partition, data))
         entry.journalled_bytes = offset + len(data)
         entry.journalled_count = total_count
-        self._pin(entry)
+        segments = entry.segments
+        if not segments or segments[-1] != self.files.numbers[-1]:
+            self._pin(entry)
 
     def _pin(self, entry: JournalEntry) -> None:
         active = self.files.active
@@ -353,8 +356,7 @@ class Journal:
         data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
         files = self.files
-        files.append(data, consume)
-        if files.full and not copying and files.stopped is None:
+        if files.append(data, consume) and not copying and files.stopped is None:
             files.rotate()
             self._segment_items[files.active] = set()
             if len(files.numbers) > self.max_segments:

@@ -83,8 +83,9 @@ class SegmentFiles:
         self.numbers.append(number)
         self._active_bytes = 0
 
-    def append(self, data: bytes, consume: tuple[int, int] | None = None) -> None:
-        """Write ``data`` after whatever an earlier failed write left (retried first).
+    def append(self, data: bytes, consume: tuple[int, int] | None = None) -> bool:
+        """Write ``data`` after whatever an earlier failed write left (retried first); True
+        when the active segment is now :attr:`full` (time to rotate).
 
         ``consume``: (socket fd, count): then remove that many peeked datagrams from the
         socket's queue, right after the write (``native/journal_io.c``), whether or not
@@ -93,7 +94,7 @@ class SegmentFiles:
         if self.stopped is not None:
             if consume is not None:
                 write_then_consume(-1, b"", *consume)
-            return
+            return False
         data = self._backlog + data if self._backlog else data
         if consume is not None:
             written, error = write_then_consume(self._fd, data, *consume)
@@ -114,11 +115,12 @@ class SegmentFiles:
                 )
             else:
                 retry_log.error("journal %s: %s; retrying with the next write", self.directory, exc)
-            return
+            return False
         self._backlog = b""
         self._unsynced = True
         if self.fsync is FsyncPolicy.ALWAYS:
             self.durable()
+        return self._active_bytes >= self.segment_bytes
 
     def durable(self) -> None:
         """fsync the active segment, unless ``--spool-fsync never``."""

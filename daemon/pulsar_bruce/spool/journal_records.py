@@ -28,6 +28,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Final
 
+import crc32c
+
 from pulsar_bruce.batch.batch_builder import entry_offsets
 from pulsar_bruce.spool import records
 from pulsar_bruce.spool.records import SpooledBatch
@@ -40,6 +42,7 @@ WAIT_DONE: Final = 20
 KINDS: Final = (PIECE, NUMBER, SETTLED, WAIT, WAIT_DONE)
 
 _PIECE_HEAD = struct.Struct(">QIIiH")  # item, offset, messages, partition, topic length
+_PIECE_START = struct.Struct(">BQIIiH")  # the kind, then the head
 _NUMBER_HEAD = struct.Struct(">QqiH")  # item, first sequence id, partition, name length
 _ITEM = struct.Struct(">Q")
 #: The flag byte after a ``NUMBER`` record's name: an earlier write may be stored.
@@ -48,10 +51,14 @@ _WAIT_HEAD = struct.Struct(">QH")  # group item, topic length
 
 
 def piece(
-    item: int, offset: int, count: int, topic: bytes, partition: int, entries: bytes
+    item: int, offset: int, count: int, topic: bytes, partition: int, entries: bytes | bytearray
 ) -> bytes:
-    head = _PIECE_HEAD.pack(item, offset, count, partition, len(topic))
-    return records.encode(PIECE, head + topic + entries)
+    """``records.encode(PIECE, head + topic + entries)``, with the entries copied once (this
+    runs after every slab the journal takes)."""
+    body = _PIECE_START.pack(PIECE, item, offset, count, partition, len(topic)) + topic
+    crc = crc32c.crc32c(entries, crc32c.crc32c(body))
+    header = records.HEADER.pack(records.MAGIC, len(body) + len(entries), crc)
+    return b"".join((header, body, entries))
 
 
 def number(

@@ -43,7 +43,7 @@ PRODUCED_BATCH: Final = 3
 COUNT: Final = 4
 KINDS: Final = (DATAGRAM, BATCH, PRODUCED_BATCH, COUNT)
 
-_HEADER = struct.Struct(">4sII")  # magic, length, crc
+HEADER: Final = struct.Struct(">4sII")  # magic, length, crc
 _BATCH_HEAD = struct.Struct(">HiqI")  # topic length, partition, sequence id, count
 _NAME_LENGTH = struct.Struct(">H")  # PRODUCED_BATCH: producer name length, after the topic
 #: The name a ``PRODUCED_BATCH`` without ids carries when the batch had none (its mark:
@@ -51,7 +51,7 @@ _NAME_LENGTH = struct.Struct(">H")  # PRODUCED_BATCH: producer name length, afte
 STORED_BEFORE_NAME: Final = "-"
 
 _COUNT = struct.Struct(">Q")  # COUNT: messages written to the file before the mark
-HEADER_SIZE: Final = _HEADER.size
+HEADER_SIZE: Final = HEADER.size
 #: The size of a ``COUNT`` mark.
 MARK_SIZE: Final = HEADER_SIZE + 1 + _COUNT.size
 #: Largest body we believe; anything larger is corruption.
@@ -60,7 +60,7 @@ MAX_RECORD: Final = 64 * 1024 * 1024
 
 def encode(kind: int, body: bytes) -> bytes:
     payload = bytes((kind,)) + body
-    return _HEADER.pack(MAGIC, len(payload), crc32c.crc32c(payload)) + payload
+    return HEADER.pack(MAGIC, len(payload), crc32c.crc32c(payload)) + payload
 
 
 def encode_batch(
@@ -190,7 +190,7 @@ def scan(
                 corrupt += 1
                 offset = end
             break
-        magic, length, checksum = _HEADER.unpack_from(data, offset)
+        magic, length, checksum = HEADER.unpack_from(data, offset)
         if magic != MAGIC or length == 0 or length > MAX_RECORD:
             corrupt += 1
             offset = _resync(data, offset + 1, final)
@@ -250,7 +250,7 @@ def first_record_size(data: bytes) -> int:
     """Size of the record ``data`` starts with, per its header (0 if unknown or implausible)."""
     if len(data) < HEADER_SIZE:
         return 0
-    magic, length, _ = _HEADER.unpack_from(data, 0)
+    magic, length, _ = HEADER.unpack_from(data, 0)
     if magic != MAGIC or length > MAX_RECORD:
         return 0
     return HEADER_SIZE + int(length)

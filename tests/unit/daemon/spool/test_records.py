@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pulsar_bruce.spool import records
+from pulsar_bruce.spool import journal_records, records
 
 from tests.unit.daemon.spool.helpers import bodies, datagram
 
@@ -64,4 +64,15 @@ def test_a_read_that_starts_past_a_files_start_counts_from_its_first_mark() -> N
         [b"datagram-4"],
         1,
         1,
+    )
+
+
+def test_a_journal_piece_is_the_spool_framing_of_its_kind_head_topic_and_entries() -> None:
+    """``journal_records.piece`` builds the record without concatenating its body (it runs
+    after every slab): the same bytes as ``records.encode``, and these bytes (golden)."""
+    head = bytes.fromhex("0000000000000007" "00000010" "00000002" "00000003" "0001")
+    built = journal_records.piece(7, 16, 2, b"t", 3, bytearray(b"entries"))
+    assert built == records.encode(journal_records.PIECE, head + b"t" + b"entries")
+    assert built.hex() == (
+        "42525350" "0000001f" "23f1cd0f" "10" + head.hex() + b"t".hex() + b"entries".hex()
     )
