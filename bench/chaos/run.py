@@ -5,7 +5,8 @@ or broke another expectation.
     .venv/bin/python -m bench.chaos.run restarts outage      # some of them
     .venv/bin/python -m bench.chaos.run --messages 20000 --outage-s 5 --silent-connections 3
 
-Scenarios (``bench/chaos/scenarios.py``; ``tests/integration/test_chaos.py`` is the short form):
+Scenarios (``bench/chaos/scenarios.py`` and ``silent_scenario.py``;
+``tests/integration/test_chaos.py`` is the short form):
 
 - ``restarts``: the broker SIGKILLed and restarted (same port, same data dir) ``--restarts``
   times during a stream of ``--messages`` at ``--rate``/s: 0 lost, no discards, duplicates
@@ -74,7 +75,7 @@ def main() -> int:
     outcomes: list[Outcome] = []
     started = time.monotonic()
     with Lab(args.workdir, snapshot=not args.no_snapshot) as lab:
-        from bench.chaos import scenarios
+        from bench.chaos import scenarios, silent_scenario
 
         print(lab.code, flush=True)
         plan: list[Callable[[], Outcome]] = []
@@ -116,7 +117,7 @@ def main() -> int:
                 ] * args.sigterm_rounds
             else:
                 plan.append(
-                    lambda: scenarios.silent_broker(
+                    lambda: silent_scenario.silent_broker(
                         lab.start_daemon,
                         buffer_max_bytes=args.silent_buffer,
                         connections=args.silent_connections,

@@ -1,8 +1,9 @@
 """Chaos, short form (issue 4, point 2): real pulsar-lite brokers, real daemons, real faults.
 
-The scenarios live in ``bench/chaos/scenarios.py``; ``bench/chaos/run.py`` runs them
-in the long form (100,000 messages, a 20 s outage, ...).  Each test prints its
-figures (``pytest -s`` shows them) and fails with them when an expectation broke.
+The scenarios live in ``bench/chaos/scenarios.py`` and ``silent_scenario.py``;
+``bench/chaos/run.py`` runs them in the long form (100,000 messages, a 20 s outage,
+...).  Each test prints its figures (``pytest -s`` shows them) and fails with them
+when an expectation broke.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.chaos import scenarios
+from bench.chaos import scenarios, silent_scenario
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(90)]
 
@@ -68,7 +69,7 @@ def test_daemon_sigterm_under_load_delivers_everything_received(broker, start_da
 
 
 def test_broker_that_never_answers_times_out_reconnects_and_stays_bounded(start_daemon) -> None:
-    check(scenarios.silent_broker(start_daemon, buffer_max_bytes=2 * 1024 * 1024, timeout=45))
+    check(silent_scenario.silent_broker(start_daemon, buffer_max_bytes=2 * 1024 * 1024, timeout=45))
 
 
 # Loaded into the daemon (``sitecustomize`` on its PYTHONPATH): closing its bound UNIX
