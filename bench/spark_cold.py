@@ -9,7 +9,7 @@ process of its own (``python -m bench.spark_cold --child ...``), as such a job:
    (with its warm-up, the default), the ``write`` side ``to_pulsar.spark.warm_up(spark)``,
    as docs/spark.md shows it, the ``official`` and ``write_bare`` (``write()`` alone)
    sides nothing;
-2. builds the case's DataFrame (``bench.spark_sink.frame``), caches and counts it;
+2. builds the case's DataFrame (``bench.spark_common.frame``), caches and counts it;
 3. writes it to a topic of its own (new to the daemon and to the official client
    alike), timed from the action's start to its return: the **first** write;
 4. writes it again, the same session's **second** write (what the warm rounds measure).
@@ -19,7 +19,7 @@ is the same job without a write (session, DataFrame cached), so a side's ``job``
 ``none``'s is what writing costs the job, start-up included (``session`` and ``cached``:
 the child's seconds when its session was up and when its DataFrame was cached). ``cpu``
 is the CPU seconds of the job's processes by then (this one, Spark's JVM, every Python
-process Spark started; ``bench.spark_sink.tree_cpu``): on a shared machine a job's wall
+process Spark started; ``bench.spark_common.tree_cpu``): on a shared machine a job's wall
 time moves with the load by more than a write takes, its CPU far less. The
 parent (``bench.spark_sink``) starts the broker and the daemon, runs the children one
 after the other, sides alternating, and checks that the daemon acked every row of
@@ -46,7 +46,7 @@ COLD_SIDES = ("official", "to_pulsar", "write", "write_bare", "none")
 def child(args: argparse.Namespace) -> dict[str, Any]:
     """One side's job: session, DataFrame, two writes; seconds of each, and of the job."""
     from bench.harness import ROOT
-    from bench.spark_sink import frame, official_partition, tree_cpu
+    from bench.spark_common import frame, official_partition, tree_cpu
     from tests.support.spark_session import local_session
 
     spark = local_session(

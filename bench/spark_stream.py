@@ -10,7 +10,7 @@ rows of ten typed columns (``bench.spark_sink``'s ``json`` case: about 180 bytes
 with a string ``key`` and an int ``partition_key``). Sides (``--sides``):
 
 - ``official``: ``foreachBatch``, each micro-batch through ``foreachPartition`` with the
-  official client at its best (``bench.spark_sink.official_partition``: per task one
+  official client at its best (``bench.spark_common.official_partition``: per task one
   ``pulsar.Client``, batching on, ``send_async(value, None, partition_key=key)`` per
   row, ``flush()``), as a user who wants speed writes it;
 - ``to_pulsar``: ``writeStream.format("to_pulsar")``: each micro-batch's tasks over the
@@ -49,7 +49,7 @@ from typing import Any
 
 from bench.brokers import CHOICES, Brokers, kinds
 from bench.harness import Daemon, describe_revision
-from bench.spark_sink import _TEN_COLUMNS, in_workdir, official_partition, session, tree_cpu
+from bench.spark_common import TEN_COLUMNS, in_workdir, official_partition, session, tree_cpu
 
 PARTITIONS = 4
 SIDES = ("official", "to_pulsar", "foreach_batch")
@@ -67,7 +67,7 @@ def stream_frame(spark: Any, rows_per_batch: int, tasks: int) -> Any:
     )
     return (
         rows.selectExpr("value AS id")
-        .selectExpr(*_TEN_COLUMNS)
+        .selectExpr(*TEN_COLUMNS)
         .selectExpr(
             "to_json(struct(*)) AS value", "name AS key", "cast(id % 64 AS int) AS partition_key"
         )
