@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
 import shutil
@@ -42,14 +41,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:  # run_local_ports beside it, also when loaded by path
+if str(HERE) not in sys.path:  # run_local_* beside it, also when loaded by path
     sys.path.insert(0, str(HERE))
+from run_local_children import STOP_SIGNALS, exit_status, start, wait_until  # noqa: E402
 from run_local_control import (  # noqa: E402
     BROKER_SWITCH,
     STATE,
@@ -71,36 +69,6 @@ from run_local_ports import (  # noqa: E402
 
 ROOT = HERE.parent
 __all__ = ["accepts", "free_port", "free_ports_in_a_row", "port_holder", "port_taken"]
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-# -- children ------------------------------------------------------------------------------------
-
-
-def _child_setup(parent: int) -> Callable[[], None]:
-    """In the child before exec: take the stop signals again, and (Linux) get SIGTERM
-    when this process dies, however it dies."""
-
-    libc = ctypes.CDLL(None) if sys.platform == "linux" else None
-
-    def setup() -> None:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-        if libc is not None:
-            libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-            if os.getppid() != parent:  # it died before prctl
-                os.kill(os.getpid(), signal.SIGTERM)
-
-    return setup
-
-
-def start(command: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-    """Start a child with the stop signals blocked here, so a signal cannot arrive between
-    the fork and our knowing the child's pid (it is delivered right after)."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
-        return subprocess.Popen(command, preexec_fn=_child_setup(os.getpid()), **kwargs)
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 class Stopped(Exception):
@@ -113,16 +81,6 @@ class Stopped(Exception):
 
 def say(line: str) -> None:
     print(f"run_local: {line}", file=sys.stderr, flush=True)
-
-
-def exit_status(returncode: int) -> str:
-    """``-9`` -> ``killed by SIGKILL``, ``1`` -> ``exit code 1``."""
-    if returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    return f"exit code {returncode}"
 
 
 class Runner:
@@ -188,16 +146,6 @@ class Runner:
             return daemon.returncode or 1
         return daemon.returncode
 
-    def wait_until(self, ready: Callable[[], bool], child: subprocess.Popen[bytes], what: str,
-                   log: str, timeout: float = 30) -> None:  # fmt: skip
-        deadline = time.monotonic() + timeout
-        while not ready():
-            if child.poll() is not None:
-                sys.exit(f"run_local: {what} exited ({child.returncode}); see {log}")
-            if time.monotonic() > deadline:
-                sys.exit(f"run_local: {what} did not start within {timeout:.0f} s; see {log}")
-            time.sleep(0.1)
-
     def start_lite(self, data: Path) -> None:
         args = self.args
         config = data / "pulsar-lite.toml"
@@ -211,9 +159,7 @@ class Runner:
                  "--addr", f"{HOST}:{args.broker_port}", "--db-path", str(data / "db")],
                 stdout=log, stderr=log, start_new_session=True,
             )  # fmt: skip
-        self.wait_until(
-            lambda: accepts(args.broker_port), self.broker, "pulsar-lite", str(log.name)
-        )
+        wait_until(lambda: accepts(args.broker_port), self.broker, "pulsar-lite", str(log.name))
 
     def start_apache(self, data: Path) -> None:
         """Apache Pulsar standalone in a JVM of its own, started like pulsar-lite (the stop
@@ -244,7 +190,7 @@ class Runner:
                 command, cwd=pulsar.workdir, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )  # fmt: skip
-        self.wait_until(ready, self.broker, "Apache Pulsar", str(pulsar.log_path), timeout=180)
+        wait_until(ready, self.broker, "Apache Pulsar", str(pulsar.log_path), timeout=180)
 
     def start_cluster(self, data: Path) -> None:
         """The three-broker cluster, run by ``tests.support.apache_cluster serve`` in a
@@ -280,7 +226,7 @@ class Runner:
                 cwd=ROOT, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )  # fmt: skip
-        self.wait_until(ready, self.broker, "the cluster", self.broker_log, timeout=300)
+        wait_until(ready, self.broker, "the cluster", self.broker_log, timeout=300)
 
     def start_broker(self) -> None:
         data = Path(self.args.data)
@@ -328,7 +274,7 @@ class Runner:
              "--metrics-listen", f"{HOST}:{args.metrics_port}"],
             start_new_session=True,  # signals reach it from us only: SIGHUP would mean reload
         )  # fmt: skip
-        self.wait_until(
+        wait_until(
             lambda: sock.exists() and accepts(args.metrics_port),
             self.daemon,
             "pulsar-bruce",
