@@ -18,7 +18,8 @@ stored, or storing one twice.  Nothing else writes the queue or the ids;
   any reason: the broker's max message size at the first send, the topic's own
   limit (:meth:`resend_in_halves`), the part of a sender's batch the broker has.
 - **Renumbering** happens only at registration, when the broker's
-  ``last_sequence_id`` is above every id we gave (``sequence_ids.py``).
+  ``last_sequence_id`` is above every id we gave (``sequence_ids.renumber``,
+  called from :meth:`BatchQueue.registered` only).
 - The first ``in_flight`` batches are written on the current connection;
   receipts confirm them in order.
 - **A refused batch keeps its ids only if nothing after it is stored**
@@ -30,24 +31,13 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Sequence
-from enum import Enum
 
 from pulsar_bruce.batch.batch_builder import BatchBuilder, split_batch, unframe
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.producer.exactly_once import stored_part
+from pulsar_bruce.producer.receipt_match import ReceiptMatch, last_receipt
 from pulsar_bruce.producer.refusals import Refusals
-from pulsar_bruce.producer.sequence_ids import Renumbered, highest_assigned
-
-
-class ReceiptMatch(Enum):
-    ACKED = "acked"
-    #: A receipt for a batch we already consider done (an old duplicate), or one that
-    #: comes while the producer is being closed anyway: ignore it.
-    STALE = "stale"
-    #: The receipt of one chunk of a chunked message, not its last: the message waits.
-    CHUNK = "chunk"
-    #: A receipt that matches nothing we expect: the producer's state is unknown, re-create it.
-    MISMATCH = "mismatch"
+from pulsar_bruce.producer.sequence_ids import Renumbered, highest_assigned, renumber
 
 
 class BatchQueue(Refusals):
@@ -193,7 +183,7 @@ class BatchQueue(Refusals):
     def registered(self, last_sequence_id: int) -> Renumbered | None:
         """The broker accepted the producer: nothing is written on the new connection yet.
         A sender's ids are its own (what the broker has is left to it to answer); ours are
-        renumbered when the broker is past them (:meth:`_renumber`)."""
+        renumbered when the broker is past them (``sequence_ids.renumber``)."""
         self._in_flight = 0
         if self._refused:
             self.release()
@@ -208,24 +198,10 @@ class BatchQueue(Refusals):
         if last_sequence_id <= ours or not numbered:
             self._next_id = max(ours, last_sequence_id) + 1
             return None
-        return self._renumber(numbered, ours, last_sequence_id)
-
-    def _renumber(self, numbered: list[SealedBatch], ours: int, broker: int) -> Renumbered:
-        """The broker is past every id we gave (``sequence_ids.py``): each numbered batch,
-        in queue order, goes under new ids after ``broker``'s, framed again at its next send."""
-        self._next_id = broker + 1
         if self._issued_from < 0:
-            self._issued_from = self._next_id
-        possibly_stored = []
-        for batch in numbered:
-            unframe(batch)
-            if batch.may_be_stored or batch.producer_name:
-                possibly_stored.append(batch)
-                batch.stored_before = True
-            self._take_ids_back(batch)  # new ids: never written under them
-            batch.sequence_id = self._next_id
-            self._next_id += batch.count
-        return Renumbered(ours, broker, len(numbered), possibly_stored)
+            self._issued_from = last_sequence_id + 1
+        self._next_id, renumbered = renumber(numbered, ours, last_sequence_id)
+        return renumbered
 
     def closed(self) -> None:
         """The producer was closed on the broker: what it did not answer, it did not take."""
@@ -310,7 +286,7 @@ class BatchQueue(Refusals):
             return (ReceiptMatch.STALE if stale else ReceiptMatch.MISMATCH), None
         head = self._pending[first]
         if sequence_id == head.sequence_id:
-            if not _last_receipt(head):
+            if not last_receipt(head):
                 return ReceiptMatch.CHUNK, None
             if first == 0:
                 self._pending.popleft()
@@ -324,7 +300,7 @@ class BatchQueue(Refusals):
         index = self._in_flight_index(sequence_id)
         if index is None or self._pending[index].sequence_id != sequence_id:
             return ReceiptMatch.STALE, None
-        if not _last_receipt(self._pending[index]):
+        if not last_receipt(self._pending[index]):
             return ReceiptMatch.CHUNK, None
         return ReceiptMatch.ACKED, self._acked(index)
 
@@ -410,9 +386,3 @@ class BatchQueue(Refusals):
                 assert batch.highest_sequence_id < self._next_id, "an id given twice"
         if self.sender is not None:
             assert all(b.producer_name == self.sender for b in pending)
-
-
-def _last_receipt(batch: SealedBatch) -> bool:
-    """Count a receipt for ``batch``: True once every one of its frames has its receipt."""
-    batch.receipts += 1
-    return batch.receipts >= batch.frames

@@ -35,9 +35,10 @@ from pulsar_bruce.frame.codec import DEFAULT_MAX_MESSAGE_SIZE
 from pulsar_bruce.model.batch import SealedBatch
 from pulsar_bruce.model.schema import NO_SCHEMA, ProducerSchema
 from pulsar_bruce.parse.deliver_at import is_delayed
-from pulsar_bruce.producer.batch_queue import BatchQueue, ReceiptMatch
+from pulsar_bruce.producer.batch_queue import BatchQueue
 from pulsar_bruce.producer.framing import SEND_FRAME_OVERHEAD, frame_batch, frame_single
 from pulsar_bruce.producer.partition_state import PartitionState
+from pulsar_bruce.producer.receipt_match import ReceiptMatch
 from pulsar_bruce.producer.sequence_ids import Renumbered
 
 __all__ = ["SEND_FRAME_OVERHEAD", "BatchPolicy", "Outgoing", "PartitionProducer", "ReceiptMatch"]

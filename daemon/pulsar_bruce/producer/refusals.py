@@ -104,7 +104,7 @@ class Refusals:
                     if part.may_be_stored:
                         self.possibly_stored.append(part)
                     unframe(part)
-                    self._take_ids_back(part)
+                    self.take_ids_back(part)
                 renumbered += parts
             else:
                 why = reasons.BROKER_REJECTED if parts == [batch] else reasons.TOO_LARGE
@@ -127,7 +127,7 @@ class Refusals:
             next_id += part.count
 
     @staticmethod
-    def _take_ids_back(batch: SealedBatch) -> None:
+    def take_ids_back(batch: SealedBatch) -> None:
         """``batch`` goes under new ids (the next ones, when it is framed): no write under
         them yet; what it may be stored as before is remembered (``stored_before``)."""
         batch.forget_writes()

@@ -8,8 +8,8 @@ ids above ours are ours too.  When ``ProducerSuccess.last_sequence_id`` is above
 every id this daemon assigned, another process produced under our name (two
 daemons with one host name and prefix): resending under the old ids would be
 dropped as duplicates of someone else's messages, so every numbered batch is
-given new ids after the broker's (the queue stamps them:
-``BatchQueue.registered``).  Sans-IO.
+given new ids after the broker's (:func:`renumber`, from ``BatchQueue.registered``).
+Sans-IO.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pulsar_bruce.batch.batch_builder import unframe
 from pulsar_bruce.model.batch import SealedBatch
+from pulsar_bruce.producer.refusals import Refusals
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,3 +44,20 @@ def highest_assigned(numbered: Sequence[SealedBatch], next_id: int) -> int:
     renumbered after the broker's (``BatchQueue.registered``), framed again at their next
     send."""
     return max([next_id - 1, *(batch.highest_sequence_id for batch in numbered)])
+
+
+def renumber(numbered: Sequence[SealedBatch], ours: int, broker: int) -> tuple[int, Renumbered]:
+    """The broker is past every id we gave: each numbered batch, in queue order, goes under
+    new ids after ``broker``'s, framed again at its next send.  The next id after them, and
+    what was renumbered."""
+    next_id = broker + 1
+    possibly_stored = []
+    for batch in numbered:
+        unframe(batch)
+        if batch.may_be_stored or batch.producer_name:
+            possibly_stored.append(batch)
+            batch.stored_before = True
+        Refusals.take_ids_back(batch)  # new ids: never written under them
+        batch.sequence_id = next_id
+        next_id += batch.count
+    return next_id, Renumbered(ours, broker, len(numbered), possibly_stored)
