@@ -7,23 +7,19 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import click
 from click.shell_completion import get_completion_class
 
-from .cli_run import Progress, Run, encoder, summary
+from .cli_run import Progress, Run, Unconfirmed, confirm_all, encoder, summary
 from .client import Sender
-from .errors import InvalidMessageError, SendTimeoutError, ToPulsarError
+from .errors import InvalidMessageError, ToPulsarError
 from .paths import (
     DEFAULT_SOCKET_PATH,
     SOCKET_ENV_VAR,
     STREAM_SOCKET_ENV_VAR,
     confirm_socket_path,
 )
-
-if TYPE_CHECKING:
-    from .stream import StreamSender
 
 PROG = "to_pulsar"
 # The variable click's completion protocol reads: _{PROG}_COMPLETE, upper-cased.
@@ -331,12 +327,12 @@ def command(
             with StreamSender(where, timeout=confirm_timeout_s) as stream:
                 run = Run(stream.send_raw, encode, timestamp, count, interval_us, bar)
                 run.run()
-                _confirm(stream, count, confirm_timeout_s)
+                confirm_all(stream, count, confirm_timeout_s)
         else:
             with Sender(socket_path) as sender:
                 run = Run(sender.send_raw, encode, timestamp, count, interval_us, bar)
                 run.run()
-    except _Unconfirmed as exc:
+    except Unconfirmed as exc:
         if bar is not None:
             bar.finish(count)
         raise click.ClickException(str(exc)) from exc
@@ -360,33 +356,6 @@ def command(
         elapsed = run.elapsed()
         bar.finish(count)
         click.echo(summary(count, elapsed), err=True)
-
-
-class _Unconfirmed(Exception):
-    """--confirm: everything was sent, but not everything was acked (one-line message)."""
-
-
-def _confirm(stream: StreamSender, count: int, timeout: float) -> None:
-    """--confirm: flush, and fail with one line unless every message was acked."""
-    try:
-        result = stream.flush()
-    except SendTimeoutError as exc:
-        raise _Unconfirmed(
-            f"no confirmation from the daemon within {timeout:g} s "
-            f"({stream.unconfirmed} of {count} {_noun(count)} unconfirmed): the broker has "
-            "not acknowledged them (is it down? `pulsar-bruce status` shows the daemon's "
-            "connections); the daemon keeps them and delivers them once it can, so sending "
-            "them again may duplicate them"
-        ) from exc
-    if not result.ok:
-        raise _Unconfirmed(
-            f"{result.discarded_total} of {result.total} {_noun(result.total)} discarded "
-            f"({result.describe_discards()})"
-        )
-
-
-def _noun(count: int) -> str:
-    return "message" if count == 1 else "messages"
 
 
 def main(argv: Sequence[str] | None = None) -> None:

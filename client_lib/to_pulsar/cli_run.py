@@ -1,4 +1,5 @@
-"""The ``to_pulsar`` CLI's send loop: one paced or unpaced run, its progress line, its summary.
+"""The ``to_pulsar`` CLI's send loop: one paced or unpaced run, its progress line, its summary,
+and with ``--confirm`` the wait for the daemon's confirmations.
 
 Standard library only (the CLI module around it is the one that imports click).
 """
@@ -10,9 +11,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from types import FrameType
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from .encoding import encode_any_partition, encode_message_record, encode_partition_key
+from .errors import SendTimeoutError
+
+if TYPE_CHECKING:
+    from .stream import StreamSender
 
 # Unpaced load generation looks at the clock (and the progress line) once per chunk.
 CHUNK = 1024
@@ -182,3 +187,30 @@ class Run:
             if own_sigint:
                 signal.signal(signal.SIGINT, previous_sigint)
         self.sent = done
+
+
+class Unconfirmed(Exception):
+    """--confirm: everything was sent, but not everything was acked (one-line message)."""
+
+
+def confirm_all(stream: StreamSender, count: int, timeout: float) -> None:
+    """--confirm: flush, and fail with one line unless every message was acked."""
+    try:
+        result = stream.flush()
+    except SendTimeoutError as exc:
+        raise Unconfirmed(
+            f"no confirmation from the daemon within {timeout:g} s "
+            f"({stream.unconfirmed} of {count} {_noun(count)} unconfirmed): the broker has "
+            "not acknowledged them (is it down? `pulsar-bruce status` shows the daemon's "
+            "connections); the daemon keeps them and delivers them once it can, so sending "
+            "them again may duplicate them"
+        ) from exc
+    if not result.ok:
+        raise Unconfirmed(
+            f"{result.discarded_total} of {result.total} {_noun(result.total)} discarded "
+            f"({result.describe_discards()})"
+        )
+
+
+def _noun(count: int) -> str:
+    return "message" if count == 1 else "messages"
