@@ -8,13 +8,8 @@ import socket
 
 import pytest
 from pulsar_bruce.input import socket_reader
-from pulsar_bruce.input.socket_reader import (
-    RECEIVE_ENV,
-    DatagramReader,
-    ThreadedDatagramReader,
-    datagram_reader,
-    receive_on_thread,
-)
+from pulsar_bruce.input.receive_policy import RECEIVE_ENV, receive_on_thread
+from pulsar_bruce.input.socket_reader import DatagramReader, ThreadedDatagramReader, datagram_reader
 from pulsar_bruce.native import compiled
 
 from tests.unit.daemon.input.helpers import Stage

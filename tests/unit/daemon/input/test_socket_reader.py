@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from pulsar_bruce.input import socket_reader
+from pulsar_bruce.input import receive_policy, socket_reader
 from pulsar_bruce.input.socket_reader import DatagramReader, ThreadedDatagramReader
 from pulsar_bruce.native import compiled
 
@@ -62,7 +62,7 @@ def reader_class(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> type[DatagramReader]:
     monkeypatch.setattr(Rig, "reader_class", request.param)
-    monkeypatch.setenv(socket_reader.RECEIVE_ENV, "thread")  # whatever this kernel's qlen
+    monkeypatch.setenv(receive_policy.RECEIVE_ENV, "thread")  # whatever this kernel's qlen
     return request.param  # type: ignore[no-any-return]
 
 
@@ -183,16 +183,16 @@ def test_a_socket_systemd_owns_is_drained_but_not_shut(
 def test_readers_linger_only_for_a_deep_kernel_queue_and_within_the_batch_delay(
     tmp_path: Path,
 ) -> None:
-    linger = socket_reader.read_linger_us
+    linger = receive_policy.read_linger_us
     assert linger(None, 10) == 0
     assert linger(10, 10) == 0  # the kernel's default: senders would block
-    assert linger(512, 10) == socket_reader.LINGER_MAX_US == 2000  # 10 ms / 5, capped
+    assert linger(512, 10) == receive_policy.LINGER_MAX_US == 2000  # 10 ms / 5, capped
     assert linger(512, 5) == 1000
-    assert linger(512, 0) == socket_reader.LINGER_MIN_US
+    assert linger(512, 0) == receive_policy.LINGER_MIN_US
     qlen = tmp_path / "max_dgram_qlen"
     qlen.write_text("512\n")
-    assert socket_reader.kernel_queue_length(str(qlen)) == 512
-    assert socket_reader.kernel_queue_length(str(tmp_path / "absent")) is None
+    assert receive_policy.kernel_queue_length(str(qlen)) == 512
+    assert receive_policy.kernel_queue_length(str(tmp_path / "absent")) is None
     if compiled is not None:
         with pytest.raises(ValueError):
             compiled.Receiver(0, 64, nap_us=-1)
@@ -205,7 +205,7 @@ def test_a_reader_that_took_a_few_datagrams_lingers_before_it_watches_again(
     took a few, the reader on the loop leaves the socket alone for ``linger_us``, then
     takes what came meanwhile in one drain; after an empty drain it watches at once (an
     idle daemon does not wake every linger); a stop during a linger ends it."""
-    monkeypatch.setenv(socket_reader.RECEIVE_ENV, "loop")
+    monkeypatch.setenv(receive_policy.RECEIVE_ENV, "loop")
     sender, receiver = pair
     clock = FakeClock()
     rig = Rig(receiver, linger_us=2000)
@@ -251,7 +251,7 @@ def test_the_linger_shortens_for_a_fast_sender_and_grows_back_for_a_slow_one(
     """A slab or more arriving during a linger halves the next (a fast sender must not
     find the kernel queue full while the reader waits); under a quarter of a slab
     doubles it again, up to ``linger_us``."""
-    monkeypatch.setenv(socket_reader.RECEIVE_ENV, "loop")
+    monkeypatch.setenv(receive_policy.RECEIVE_ENV, "loop")
     sender, receiver = pair
     clock = FakeClock()
     rig = Rig(receiver, linger_us=2000)
@@ -288,7 +288,7 @@ def test_a_few_large_datagrams_are_no_small_slab_and_end_a_linger_early(
     10 KB datagrams, so a reader that lingered after a few large ones would stall a fast
     sender long before the kernel queue is full.  Two 20 KB datagrams end no linger
     after them, and arriving during one halve the next."""
-    monkeypatch.setenv(socket_reader.RECEIVE_ENV, "loop")
+    monkeypatch.setenv(receive_policy.RECEIVE_ENV, "loop")
     sender, receiver = pair
     clock = FakeClock()
     rig = Rig(receiver, linger_us=2000, max_bytes=2 * LARGE)
@@ -357,7 +357,7 @@ def test_many_datagrams_sent_while_the_loop_drains_all_arrive_in_order(
     sender, receiver = pair
     sender.setblocking(False)
     total = 3000
-    rig = Rig(receiver, linger_us=socket_reader.read_linger_us(qlen, 10.0))
+    rig = Rig(receiver, linger_us=receive_policy.read_linger_us(qlen, 10.0))
 
     async def test() -> None:
         rig.reader.start()
