@@ -47,6 +47,9 @@ LINGER_FLOOR_S = 20e-6
 #: datagrams, so a fast sender of large values blocks long before the queue is full, and
 #: a linger that waited for a count of them would stall it.
 LINGER_BYTES = 32 * 1024
+#: What a linger aims to bring (the thread's NAP_TARGET): three quarters of a slab, so a
+#: steady moderate rate costs one wake-up a slab, and a burst still fits the slab.
+LINGER_TARGET = SLAB * 3 // 4
 
 
 class ReadStage(Protocol):
@@ -126,7 +129,7 @@ class DatagramReader:
 
     def _linger_after(self, count: int) -> None:
         loop = self._loop
-        small = 0 < count < SLAB // 2 and self.drained_bytes < LINGER_BYTES
+        small = 0 < count < SLAB and self.drained_bytes < LINGER_BYTES
         if small and self.linger_us and loop is not None:
             loop.remove_reader(self.sock.fileno())
             self._resume = loop.call_later(self._linger_s, self._linger_over)
@@ -143,9 +146,9 @@ class DatagramReader:
 
     def _linger_over(self) -> None:
         """Watch again, and take what came meanwhile, which says the rate: the next linger
-        is halved when a slab or more came (or ``LINGER_BYTES``), doubled (up to
-        ``linger_us``) when under a quarter did, so a fast sender never finds the kernel
-        queue, or its send buffer, full meanwhile."""
+        is halved when a slab or more came (or ``LINGER_BYTES``), so a fast sender never
+        finds the kernel queue, or its send buffer, full meanwhile; lengthened towards
+        ``LINGER_TARGET`` datagrams (at most doubled, up to ``linger_us``) when fewer did."""
         self._resume = None
         if self._loop is None:
             return
@@ -153,8 +156,9 @@ class DatagramReader:
         count = self.drain()
         if count >= SLAB or self.drained_bytes >= LINGER_BYTES:
             self._linger_s = max(self._linger_s / 2, LINGER_FLOOR_S)
-        elif count < SLAB // 4:
-            self._linger_s = min(self._linger_s * 2, self.linger_us / 1e6)
+        elif count < LINGER_TARGET:
+            grow = LINGER_TARGET / count if count > LINGER_TARGET // 2 else 2.0
+            self._linger_s = min(self._linger_s * grow, self.linger_us / 1e6)
         self._linger_after(count)
 
     def stop(self) -> None:

@@ -46,17 +46,19 @@ static void receiver_nap(Receiver *self) {
 }
 
 /* After a nap, what came meanwhile (``came`` of ``room``, ``came_bytes``) says the rate:
- * the next nap is halved when the slab filled (or NAP_BYTES came), doubled (up to nap_ns)
- * when under a quarter came, so a slab takes tens of datagrams at a moderate rate and a
- * fast sender never finds the kernel queue (or its send buffer) full while the thread
- * naps. */
+ * the next nap is halved when the slab filled (or NAP_BYTES came), and lengthened (at
+ * most doubled, up to nap_ns) when under NAP_TARGET came, so that at a moderate rate a
+ * nap brings about three quarters of a slab (one wake-up of the thread and one of the
+ * loop per slab), and a fast sender never finds the kernel queue (or its send buffer)
+ * full while the thread naps. */
 static void receiver_adapt(Receiver *self, int came, int room, size_t came_bytes) {
     if (came >= room || came_bytes >= NAP_BYTES) {
         self->nap_now_ns /= 2;
         if (self->nap_now_ns < NAP_MIN_NS) self->nap_now_ns = NAP_MIN_NS;
-    } else if (came < PER_SLAB / 4) {
-        self->nap_now_ns *= 2;
-        if (self->nap_now_ns > self->nap_ns) self->nap_now_ns = self->nap_ns;
+    } else if (came < NAP_TARGET) {
+        long grown = came > NAP_TARGET / 2 ? self->nap_now_ns * NAP_TARGET / came
+                                           : self->nap_now_ns * 2;
+        self->nap_now_ns = grown > self->nap_ns ? self->nap_ns : grown;
     }
 }
 
@@ -150,7 +152,7 @@ void *pb_receiver_main(void *arg) {
         if (stopping) break;
         size_t bytes;
         int count = receiver_fill(self, slab, &bytes);
-        self->nap_first = self->nap_ns && count > 0 && count < PER_SLAB / 2 && bytes < NAP_BYTES;
+        self->nap_first = self->nap_ns && count > 0 && count < PER_SLAB && bytes < NAP_BYTES;
         if (count == 0) continue;
         if (count < 0) break;
         pthread_mutex_lock(&self->lock);

@@ -249,8 +249,10 @@ def test_the_linger_shortens_for_a_fast_sender_and_grows_back_for_a_slow_one(
     pair: tuple[socket.socket, socket.socket], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A slab or more arriving during a linger halves the next (a fast sender must not
-    find the kernel queue full while the reader waits); under a quarter of a slab
-    doubles it again, up to ``linger_us``."""
+    find the kernel queue full while the reader waits); fewer than ``LINGER_TARGET``
+    (three quarters of a slab: one wake-up a slab at a steady moderate rate) lengthen it
+    towards them, at most doubled, up to ``linger_us``.  A drain that did not fill a slab
+    lingers."""
     monkeypatch.setenv(receive_policy.RECEIVE_ENV, "loop")
     sender, receiver = pair
     clock = FakeClock()
@@ -266,12 +268,21 @@ def test_the_linger_shortens_for_a_fast_sender_and_grows_back_for_a_slow_one(
         await until(lambda: len(rig.handled) == socket_reader.SLAB + 7, "the fast burst")
         assert reader.next_linger_s == pytest.approx(0.001)  # halved
         assert not reader.lingering  # a full drain: read on at once
+        assert socket_reader.LINGER_TARGET == 48
+        for i in range(40):  # more than half a slab, not a slab
+            sender.send(b"%d" % i)
+        await until_soon(lambda: reader.lingering, "a linger after 40 datagrams")
+        for i in range(30):
+            sender.send(b"%d" % i)
+        await until(lambda: len(rig.handled) == socket_reader.SLAB + 77, "the 30")
+        assert reader.next_linger_s == pytest.approx(0.001 * 48 / 30)  # towards 48
+        await until(lambda: not reader.lingering, "the next linger's end")
+        assert reader.next_linger_s == pytest.approx(0.002)  # nothing came: doubled, capped
         sender.send(b"slow")
         await until_soon(lambda: reader.lingering, "a linger after one datagram")
         began = clock.now
         await until(lambda: not reader.lingering, "the linger's end")
-        assert clock.now - began == pytest.approx(0.001)
-        assert reader.next_linger_s == pytest.approx(0.002)  # nothing came: doubled back
+        assert clock.now - began == pytest.approx(0.002)
         reader.stop()
 
     run_on_clock(test(), clock)
@@ -342,6 +353,33 @@ def test_the_thread_naps_after_a_slab_small_in_count_and_in_bytes_only(
             time.sleep(0.001)
         assert [len(data) for data in taken] == [size] * 3
         assert (thread.naps > 0) is naps  # a small slab naps (then the next one first)
+    finally:
+        thread.stop()
+
+
+@pytest.mark.skipif(compiled is None, reason="the compiled intake is not built")
+def test_the_thread_naps_first_after_a_slab_that_did_not_fill(
+    pair: tuple[socket.socket, socket.socket], reader_class: type[DatagramReader]
+) -> None:
+    """40 datagrams queued before the thread starts: more than half a slab, so the slab
+    is published without a nap, but it did not fill, so the next one naps first (at a
+    steady moderate rate one wake-up a slab, not a poll and a nap)."""
+    assert compiled is not None
+    if reader_class is not ThreadedDatagramReader:
+        pytest.skip("the receive thread itself: once")
+    sender, receiver = pair
+    for _ in range(40):
+        sender.send(b"x" * 100)
+    thread = compiled.Receiver(receiver.fileno(), 1024, nap_us=1000)
+    thread.start()
+    try:
+        taken: list[bytes] = []
+        deadline = time.monotonic() + 10
+        while (len(taken) < 40 or not thread.naps) and time.monotonic() < deadline:
+            taken += thread.take() or []
+            time.sleep(0.001)
+        assert len(taken) == 40
+        assert thread.naps > 0  # the next slab napped first, with nothing queued
     finally:
         thread.stop()
 
