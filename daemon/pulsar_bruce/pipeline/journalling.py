@@ -68,6 +68,10 @@ class JournalCalls:
         """``batch`` no longer holds its ids (the broker refused it): written at once."""
         self.journal.refused(producer, batch)
 
+    def settle_now(self) -> None:
+        """What has settled, written at once (``SendJournal.settle_now``)."""
+        self.sync()
+
     # -- what happened ------------------------------------------------------------------------
 
     def _tell(self) -> bool:

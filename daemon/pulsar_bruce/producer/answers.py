@@ -121,6 +121,7 @@ class BrokerAnswers:
         if batch is None:
             if 0 <= error.sequence_id < producer.next_sequence_id:
                 log.info("send error on %s: %s for a batch no longer pending", where, name)
+                self.journal.settle_now()  # its give-up, before a crash could replay it
             else:
                 self._recreate(f"{name} for sequence id {error.sequence_id}, never sent")
             return

@@ -55,6 +55,13 @@ class SendJournal(Protocol):
         """Journal, at once, that the broker refused ``batch``: a replay must not go under
         its ids, which a later batch's may cover (``refusals.py``)."""
 
+    def settle_now(self) -> None:
+        """Journal, at once, what has settled: the broker refused a write of a batch already
+        given up (a send timeout), and if that was one chunk of a message whose last chunk
+        is stored, which records its id, a replay after a crash (were the give-up not yet
+        journalled) would go under that id: the last chunk dropped as a duplicate, the
+        message counted acked, and no consumer able to put it together."""
+
 
 @dataclass(frozen=True, slots=True)
 class DeliveryPolicy:

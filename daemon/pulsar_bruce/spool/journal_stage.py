@@ -100,6 +100,9 @@ class NoJournal:
     def refused(self, producer: PartitionProducer, batch: SealedBatch) -> None:
         pass
 
+    def settle_now(self) -> None:
+        pass
+
     def settled(self, batch: SealedBatch) -> None:
         pass
 

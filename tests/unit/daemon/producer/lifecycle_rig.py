@@ -100,6 +100,23 @@ class Outcomes:
         self.settled.append(batch)
 
 
+class PipelineJournal(Journal):
+    """The rig's journal, also as the drivers' hook sees it (``JournalCalls``): what the
+    process settled is handed over before it is written."""
+
+    def __init__(self, directory: Path, outcomes: Outcomes) -> None:
+        super().__init__(directory, "never")
+        self.outcomes = outcomes
+
+    def settle_now(self) -> None:
+        """After a drain, or at once (``SendJournal.settle_now``): what settled since, then
+        what the producer added, journalled."""
+        for batch in self.outcomes.settled:
+            self.settled(batch)
+        self.outcomes.settled.clear()
+        self.sync()
+
+
 class Process(BrokerAnswers):
     """One run of the daemon for one partition: producer, journal, answer table; no I/O."""
 
@@ -118,7 +135,7 @@ class Process(BrokerAnswers):
         self.topic_batch_limit = 1 << 62
         self.clock = lambda: 0.0  # no time passes: every batch is "sent" at 0.0
         self._unstored_logged = set()
-        self.journal = Journal(directory, "never")
+        self.journal = PipelineJournal(directory, outcomes)
         self.recovered = self.journal.open()
         outcomes.settled.clear()  # what the dead run settled died with it
         self.producer = PartitionProducer(broker.topic, 0, PRODUCER_ID, BatchPolicy())
@@ -155,11 +172,7 @@ class Process(BrokerAnswers):
 
     def sync(self) -> None:
         """After a drain: what settled since, then what it added, journalled."""
-        journal = self.journal
-        for batch in self.outcomes.settled:
-            journal.settled(batch)
-        self.outcomes.settled.clear()
-        journal.sync()
+        self.journal.settle_now()
 
     def tick(self) -> None:
         """About once a second: the journal records what settled meanwhile."""

@@ -380,3 +380,27 @@ def test_a_senders_refused_batches_behind_a_chunked_message_refused_for_its_size
         ]
     finally:
         ProducerIdsMachine.teardown(machine)  # without the settled check it would repeat
+
+
+def test_a_refused_chunk_of_a_message_already_given_up_is_not_replayed_under_its_id() -> None:
+    """Found by this model at twenty times its examples: a message in two chunks goes out
+    (from the spool of an earlier run), the send timeout gives it up, then the broker
+    refuses its first chunk (a checksum error) and stores its last, which records its id.
+    The process crashed before the give-up was journalled, so the next run replayed the
+    message under that id: its last chunk dropped as a duplicate, the message counted
+    acked, and no consumer could put it together.  The refusal now writes the give-up at
+    once (``SendJournal.settle_now``)."""
+    machine = SettledMachine()
+    try:
+        machine.mode(exactly_once=False, frame_limit=2524, topic_limit=1 << 30)
+        machine.add_large(seal=False)
+        machine.shutdown_to_spool_and_restart()
+        machine.reconnect()
+        machine.send_timeout()
+        machine.corrupted_on_the_way()
+        machine.answer(answers=1)
+        machine.crash_and_replay(settles_recorded=False)
+        machine.check_settled()
+        assert machine.outcomes.reason == {machine.sent[0]: reasons.UNCONFIRMED}
+    finally:
+        ProducerIdsMachine.teardown(machine)  # without the settled check it would repeat
