@@ -44,6 +44,9 @@ class SealedBatch:
     #: Writes under its current ids that the broker answered with a ``SendError``: each
     #: stored nothing.  ``send_attempts - refused_writes`` writes have an unknown outcome.
     refused_writes: int = 0
+    #: Chunks of the current write refused: the write stored nothing once all are (a chunk
+    #: of it stored may, with another write's chunks under one uuid, make up the message).
+    chunks_refused: int = 0
     #: It may be stored under ids it no longer has (written, then renumbered), or by a run
     #: before this one (replayed from the journal or the spool after it was written).
     stored_before: bool = False
@@ -53,6 +56,12 @@ class SealedBatch:
         """Whether the broker may hold it: a write whose outcome is unknown, or an earlier
         copy (``reasons.given_up`` says ``unconfirmed`` then, not a loss)."""
         return self.send_attempts > self.refused_writes or self.stored_before
+
+    def refused(self, chunks: int = 1) -> None:
+        """The broker refused ``chunks`` of the current write (all: every one it has)."""
+        before, self.chunks_refused = self.chunks_refused, self.chunks_refused + chunks
+        if before < self.frames <= self.chunks_refused:
+            self.refused_writes += 1
 
     def inherit(self, whole: SealedBatch) -> None:
         """A part of ``whole`` under the same ids: it shares its writes' history."""

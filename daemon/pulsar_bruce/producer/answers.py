@@ -75,7 +75,7 @@ class BrokerAnswers:
         elif reason is None:
             self.listener.batch_acked(batch, self.clock() - batch.sent_at)
         else:
-            batch.refused_writes += 1  # this write stored nothing; an earlier copy may be
+            batch.refused(batch.frames)  # this write stored nothing; an earlier copy may be
             reason = reasons.given_up(reason, batch)
             self.listener.batch_discarded(batch, reason)
             level = logging.DEBUG if reason in self._unstored_logged else logging.WARNING
@@ -125,10 +125,11 @@ class BrokerAnswers:
             else:
                 self._recreate(f"{name} for sequence id {error.sequence_id}, never sent")
             return
-        batch.refused_writes += 1
         if error.error == pb.NotAllowedError and over_topic_limit(error.message):
+            batch.refused(batch.frames)  # a chunk over the limit is refused at every write
             self._fit_topic_limit(batch)
             return
+        batch.refused()  # a chunk: the write stored nothing once each of its chunks is refused
         if is_permanent(error.error) or (
             error.error == pb.ChecksumError and not frame_intact(batch.frame)
         ):

@@ -314,7 +314,7 @@ class PartitionProducer:
                     out.rejected.append((queue.remove_unsent(index), why))
                     continue
                 out.resent_messages += batch.count
-            batch.receipts = 0  # every chunk goes (again) on this connection
+            batch.receipts = batch.chunks_refused = 0  # every chunk goes (again) on it
             batch.send_attempts += 1
             out.frames.append(batch.frame)
             out.batches.append(batch)

@@ -154,6 +154,8 @@ class Refusals:
                 batch.receipts += 1
                 if stored:
                     self._stored_top = max(self._stored_top, batch.highest_sequence_id)
+                else:
+                    batch.refused()
                 return True
         return False
 

@@ -404,3 +404,26 @@ def test_a_refused_chunk_of_a_message_already_given_up_is_not_replayed_under_its
         assert machine.outcomes.reason == {machine.sent[0]: reasons.UNCONFIRMED}
     finally:
         ProducerIdsMachine.teardown(machine)  # without the settled check it would repeat
+
+
+def test_a_message_made_up_of_two_writes_chunks_is_not_called_unstored() -> None:
+    """Found by this model at twenty times its examples: a sender's message in two chunks;
+    the first chunk is stored, the last refused (a checksum error); written again, its
+    first chunk is refused and its last stored, which with the first write's first chunk
+    (one uuid) makes up the message.  It went back to the sender as ``broker_rejected``
+    (each write counted as refused); a write now counts as refused only once each of its
+    chunks is (``SealedBatch.refused``), so it is ``unconfirmed``."""
+    machine = SettledMachine()
+    try:
+        machine.mode(exactly_once=True, frame_limit=2524, topic_limit=1 << 30)
+        machine.send_timeout()
+        machine.add_large(seal=True)
+        machine.reconnect()
+        machine.answer(answers=1)
+        machine.corrupted_on_the_way()
+        machine.corrupted_on_the_way()
+        machine.check_settled()
+        assert machine.outcomes.reason == {machine.sent[0]: reasons.UNCONFIRMED}
+        assert machine.broker.stored[machine.sent[0]] == 1
+    finally:
+        ProducerIdsMachine.teardown(machine)  # without the settled check it would repeat
