@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from pulsar_bruce import reasons
 from pulsar_bruce.batch.batch_builder import unframe
 from pulsar_bruce.model.batch import SealedBatch
+from pulsar_bruce.producer.sequence_ids import take_ids_back
 
 
 class Refusals:
@@ -104,7 +105,7 @@ class Refusals:
                     if part.may_be_stored:
                         self.possibly_stored.append(part)
                     unframe(part)
-                    self.take_ids_back(part)
+                    take_ids_back(part)
                 renumbered += parts
             else:
                 why = reasons.BROKER_REJECTED if parts == [batch] else reasons.TOO_LARGE
@@ -125,13 +126,6 @@ class Refusals:
         for part in parts:
             part.sequence_id, part.producer_name = next_id, whole.producer_name
             next_id += part.count
-
-    @staticmethod
-    def take_ids_back(batch: SealedBatch) -> None:
-        """``batch`` goes under new ids (the next ones, when it is framed): no write under
-        them yet; what it may be stored as before is remembered (``stored_before``)."""
-        batch.forget_writes()
-        batch.sequence_id, batch.producer_name = -1, ""
 
     def _acked(self, index: int) -> SealedBatch:
         """A receipt took ``pending[index]``: while a refused batch waits, its ids may be stored

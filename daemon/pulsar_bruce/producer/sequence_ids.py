@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from pulsar_bruce.batch.batch_builder import unframe
 from pulsar_bruce.model.batch import SealedBatch
-from pulsar_bruce.producer.refusals import Refusals
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +56,14 @@ def renumber(numbered: Sequence[SealedBatch], ours: int, broker: int) -> tuple[i
         if batch.may_be_stored or batch.producer_name:
             possibly_stored.append(batch)
             batch.stored_before = True
-        Refusals.take_ids_back(batch)  # new ids: never written under them
+        take_ids_back(batch)  # new ids: never written under them
         batch.sequence_id = next_id
         next_id += batch.count
     return next_id, Renumbered(ours, broker, len(numbered), possibly_stored)
+
+
+def take_ids_back(batch: SealedBatch) -> None:
+    """``batch`` goes under new ids (the next ones, when it is framed): no write under
+    them yet; what it may be stored as before is remembered (``stored_before``)."""
+    batch.forget_writes()
+    batch.sequence_id, batch.producer_name = -1, ""
