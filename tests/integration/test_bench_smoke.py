@@ -1,5 +1,6 @@
-"""Keep ``python -m bench.throughput``, ``bench.hostscale``, ``bench.spark_sink`` and
-``bench.spark_stream`` working: tiny runs end to end (no timing is asserted)."""
+"""Keep ``python -m bench.throughput``, ``bench.hostscale``, ``bench.spark_sink``,
+``bench.spark_stream``, ``bench.reader_placement`` and ``bench.read_floor`` working: tiny
+runs end to end (no timing is asserted)."""
 
 from __future__ import annotations
 
@@ -137,4 +138,15 @@ def test_reader_placement_bench_runs_and_loses_nothing() -> None:
         ["--messages", "2000", "--rounds", "1"],
         timeout=120,
         expect=["median of 1 round(s)", "context switches", "no messages lost"],
+    )
+
+
+def test_read_floor_bench_runs() -> None:
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler")
+    run_bench(
+        "read_floor",
+        ["--senders", "2", "--seconds", "1", "--total-rate", "2000", "--flat-out-rate", "5000"],
+        timeout=120,
+        expect=["K=  2 x", "flat out", "µs/datagram"],
     )
