@@ -8,7 +8,10 @@ linger) and does nothing with them. Its CPU per datagram is what the kernel char
 reader at that rate, before any parsing, batching, compression or sending: the part of
 the daemon's cost per message no daemon can shed (issue 37's 2 µs at 16,000 msg/s is
 measured against it). One row per K, and a last row of one sender flat out (no rate),
-for comparison.
+for comparison. Per K it also runs the senders' side twice more: the paced loop alone
+(sending nothing), and the loop with a bare ``socket.send`` of one prebuilt datagram
+per message, so the senders' CPU splits into their loop, the system call from a process
+that has just woken, and ``Sender.send``'s own work.
 
     python -m bench.read_floor                      # K = 16, 64; 16,000 msg/s in all; 200 B
     python -m bench.read_floor --senders 16 --seconds 3 --naps 2000,8000
@@ -48,10 +51,13 @@ def build_reader(workdir: Path) -> Path:
 class ReadFloor(BenchBase):
     """One row: K senders into a fresh floor reader."""
 
-    def run_row(self, reader: Path, row: dict[str, Any]) -> dict[str, Any]:
+    def run_row(self, reader: Path, row: dict[str, Any], raw: bool = False) -> dict[str, Any]:
+        """K senders (``raw``: a bare ``send`` of one prebuilt datagram in the same paced
+        loop) into a fresh reader."""
         k, per, nap_us = row["senders"], row["per_sender"], row["nap_us"]
         total = k * per
         socket_path = self.workdir / f"floor-{k}-{nap_us}.sock"
+        socket_path.unlink(missing_ok=True)  # the row before, with a bare send, used it
         with self.path(f"reader-k{k}").open("ab") as log:
             process = subprocess.Popen(
                 [str(reader), str(socket_path), str(nap_us), str(total)],
@@ -66,7 +72,7 @@ class ReadFloor(BenchBase):
             common = {"topic": "floor", "messages": per, "size": row["size"], "keyed": False}
             common.update(socket=str(socket_path), payload=self.args.payload, pool=256)
             if row["rate"]:
-                common["rate"] = row["rate"]
+                common.update(rate=row["rate"], raw=raw)
             params = [{**common, "seed": i, "seq_base": i * per} for i in range(k)]
             senders = [self.worker("sender", p, f"sender-k{k}-{i}") for i, p in enumerate(params)]
             started = time.monotonic()
@@ -84,6 +90,7 @@ class ReadFloor(BenchBase):
         got, wakes, user_s, system_s = int(line[1]), int(line[2]), float(line[3]), float(line[4])
         return {
             **row,
+            "raw": raw,
             "datagrams": got,
             "wall_s": time.monotonic() - started,
             "reader_us": (user_s + system_s) / got * 1e6,
@@ -91,6 +98,27 @@ class ReadFloor(BenchBase):
             "wakeups_per_datagram": wakes / got,
             "senders_us": sum(r["cpu_s"] for r in results) / total * 1e6,
         }
+
+    def run_loop(self, row: dict[str, Any]) -> float:
+        """The same K paced loops sending nothing: their CPU per message."""
+        k, per = row["senders"], row["per_sender"]
+        params = {"messages": per, "size": row["size"], "rate": row["rate"], "pool": 256}
+        params["payload"] = self.args.payload
+        loops = [self.worker("pace", {**params, "seed": i}, f"pace-k{k}-{i}") for i in range(k)]
+        for worker in loops:
+            worker.go()
+        results = [w.result(timeout=self.args.seconds * 3 + 60) for w in loops]
+        return sum(r["cpu_s"] for r in results) / (k * per) * 1e6
+
+
+def print_send_cost(row: dict[str, Any], loop_us: float, raw_us: float, sender_us: float) -> None:
+    print(
+        f"  K={row['senders']:>3} x {row['rate']:>8,.0f}/s senders, µs/msg: loop alone "
+        f"{loop_us:.2f}; with a bare send of a prebuilt datagram {raw_us:.2f} "
+        f"(+{raw_us - loop_us:.2f}); with Sender.send {sender_us:.2f} "
+        f"(+{sender_us - raw_us:.2f} more)",
+        flush=True,
+    )
 
 
 def print_row(out: dict[str, Any]) -> None:
@@ -127,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
             out = bench.run_row(reader, row)
             print_row(out)
             results["rows"].append(out)
+            if args.send_cost and row["rate"] and row["nap_us"] == args.naps[0]:
+                out["loop_us"] = bench.run_loop(row)
+                out["raw_send_us"] = bench.run_row(reader, row, raw=True)["senders_us"]
+                print_send_cost(row, out["loop_us"], out["raw_send_us"], out["senders_us"])
             harness.write_json(args.json, results)
     return 0
 
@@ -149,6 +181,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--payload", choices=KINDS, default="json", help="values (json)")
     parser.add_argument(
         "--no-flat-out", dest="flat_out", action="store_false", help="skip the flat-out row"
+    )
+    parser.add_argument(
+        "--no-send-cost",
+        dest="send_cost",
+        action="store_false",
+        help="skip the senders' runs of the loop alone and of a bare send per message",
     )
     parser.add_argument(
         "--flat-out-rate",

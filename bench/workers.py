@@ -9,7 +9,9 @@ Modes:
 ``sender``
     send Bruce datagrams to the daemon with ``to_pulsar.Sender``; ``stream`` true:
     ``to_pulsar.stream.StreamSender`` with one ``flush()`` at the end; ``sender_id``
-    set: every value starts with ``STAMP.pack(sender_id, seq)``, for an order check
+    set: every value starts with ``STAMP.pack(sender_id, seq)``, for an order check;
+    ``raw`` true (paced runs): the same loop sends one datagram encoded once with a bare
+    ``socket.send``, the system call's share of a send
 ``ceiling``
     no daemon: a Python ``send()`` loop into a forked ``recv_into()`` loop on a UNIX
     datagram socket, what the kernel allows a Python sender and receiver
@@ -35,6 +37,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -59,8 +62,15 @@ __all__ = ["MODES", "STAMP"]
 # -- to_pulsar sender -------------------------------------------------------------------------
 
 
+def raw_socket(path: str) -> socket.socket:
+    """A plain blocking datagram socket connected to ``path`` (no ``to_pulsar``)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.connect(path)
+    return sock
+
+
 def run_sender(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]:
-    from to_pulsar import Sender, SendTimeoutError
+    from to_pulsar import Sender, SendTimeoutError, encode_any_partition
 
     n: int = p["messages"]
     topic: str = p["topic"]
@@ -94,7 +104,12 @@ def run_sender(p: dict[str, Any], ready: Callable[[], None]) -> dict[str, Any]:
     cpu0 = time.process_time()
     clock0 = thread_clock()
     t0 = time.monotonic()
-    if rate:
+    if rate and p.get("raw"):  # the system call alone: one datagram, encoded once
+        send_datagram = raw_socket(p["socket"]).send
+        datagram = encode_any_partition(topic, pool[0])
+        for _ in stamped_values(p):
+            send_datagram(datagram)
+    elif rate:
         for value in stamped_values(p):
             send(topic, value)
     elif keyed:
