@@ -8,7 +8,7 @@ PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 RUN_STAMP := $(VENV)/.run-stamp
 STAMP     := $(VENV)/.test-stamp
 
-.PHONY: help run broker-stop broker-start test unit lint proto bench bench-senders clean apache-classpath
+.PHONY: help run broker-stop broker-start test test-models unit lint proto bench bench-senders clean apache-classpath
 
 # A bare `make` lists the targets (the `## target: text` comments below), builds nothing.
 .DEFAULT_GOAL := help
@@ -63,6 +63,17 @@ test: $(STAMP) lint apache-classpath
 ## apache-classpath: resolve Apache Pulsar's classpath with Maven (once; cached in ~/.cache)
 apache-classpath: $(STAMP)
 	$(BIN)/python -m tests.support.apache_pulsar classpath
+
+## test-models: the "nothing lost" state machines (the producer's lifecycle against a broker
+## that fails like BookKeeper, the ledger, the intake's identity), MODEL_EXAMPLES random examples
+## each (default 20000; about 10 minutes) instead of make test's short derandomized runs: a
+## failure prints its example and its @reproduce_failure blob
+MODEL_EXAMPLES ?= 20000
+MODEL_TESTS := tests/unit/daemon/producer/test_id_machine.py::TestProducerIds \
+	tests/unit/daemon/model/test_ledger.py::TestLedgerTransitions \
+	tests/unit/daemon/route/test_intake_identity.py::TestIdentityHoldsAfterEveryStep
+test-models: $(STAMP)
+	PULSAR_BRUCE_MODEL_EXAMPLES=$(MODEL_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider $(MODEL_TESTS)
 
 ## unit: the unit tests only (tests/unit: no broker)
 unit: $(STAMP)

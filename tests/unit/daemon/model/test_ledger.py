@@ -5,11 +5,12 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from pulsar_bruce import reasons
 from pulsar_bruce.model.ledger import ENTRY_OVERHEAD, Ledger, TopicCounters, memory_charge
+
+from tests.support.model_runs import model_settings
 
 DAEMON = Path(__file__).resolve().parents[4] / "daemon" / "pulsar_bruce"
 
@@ -233,9 +234,7 @@ class LedgerMachine(RuleBasedStateMachine):
 
 
 TestLedgerTransitions = LedgerMachine.TestCase
-TestLedgerTransitions.settings = settings(
-    max_examples=200, stateful_step_count=50, deadline=None, derandomize=True
-)
+TestLedgerTransitions.settings = model_settings(examples=200, steps=50)
 
 
 # -- nobody else writes the counters ------------------------------------------------------------

@@ -28,13 +28,13 @@ from __future__ import annotations
 import itertools
 import shutil
 
-from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from pulsar_bruce import reasons
 from pulsar_bruce.frame.codec import DEFAULT_MAX_MESSAGE_SIZE
 from pulsar_bruce.producer.framing import SEND_FRAME_OVERHEAD
 
+from tests.support.model_runs import model_settings
 from tests.unit.daemon.producer.lifecycle_rig import (
     NAME,
     Broker,
@@ -301,9 +301,7 @@ class SettledMachine(ProducerIdsMachine):
 
 
 TestProducerIds = SettledMachine.TestCase
-TestProducerIds.settings = settings(
-    max_examples=1000, stateful_step_count=50, deadline=None, derandomize=True
-)
+TestProducerIds.settings = model_settings(examples=1000, steps=50)
 
 
 def test_a_replay_renumbered_after_another_process_used_the_name_is_a_reported_duplicate() -> None:

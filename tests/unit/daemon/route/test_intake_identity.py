@@ -12,6 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from pulsar_bruce import reasons
 from pulsar_bruce.producer.partition_producer import BatchPolicy
 
+from tests.support.model_runs import model_settings
 from tests.unit.daemon.route.intake_harness import (
     FlakyStore,
     Harness,
@@ -193,9 +194,7 @@ class IntakeMachine(RuleBasedStateMachine):
 
 
 TestIdentityHoldsAfterEveryStep = IntakeMachine.TestCase
-TestIdentityHoldsAfterEveryStep.settings = settings(
-    max_examples=200, stateful_step_count=40, deadline=None, derandomize=True
-)
+TestIdentityHoldsAfterEveryStep.settings = model_settings(examples=200, steps=40)
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
