@@ -66,14 +66,16 @@ apache-classpath: $(STAMP)
 
 ## test-models: the "nothing lost" state machines (the producer's lifecycle against a broker
 ## that fails like BookKeeper, the ledger, the intake's identity), MODEL_EXAMPLES random examples
-## each (default 20000; about 10 minutes) instead of make test's short derandomized runs: a
-## failure prints its example and its @reproduce_failure blob
+## each (default 20000; about 15 minutes) instead of make test's short derandomized runs: a
+## failure prints its example and its @reproduce_failure blob (no per-test timeout; the rig's
+## log lines are not shown)
 MODEL_EXAMPLES ?= 20000
 MODEL_TESTS := tests/unit/daemon/producer/test_id_machine.py::TestProducerIds \
 	tests/unit/daemon/model/test_ledger.py::TestLedgerTransitions \
 	tests/unit/daemon/route/test_intake_identity.py::TestIdentityHoldsAfterEveryStep
 test-models: $(STAMP)
-	PULSAR_BRUCE_MODEL_EXAMPLES=$(MODEL_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider $(MODEL_TESTS)
+	PULSAR_BRUCE_MODEL_EXAMPLES=$(MODEL_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider \
+		--timeout=0 --show-capture=no $(MODEL_TESTS)
 
 ## unit: the unit tests only (tests/unit: no broker)
 unit: $(STAMP)

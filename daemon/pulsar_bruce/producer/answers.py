@@ -57,6 +57,7 @@ class BrokerAnswers:
     def on_receipt(self, receipt: pb.CommandSendReceipt) -> None:
         producer = self.producer
         match, batch = producer.on_receipt(receipt.sequence_id)
+        self._journal_overtaken()
         if batch is None:
             if match is ReceiptMatch.MISMATCH:
                 self._recreate(
@@ -147,7 +148,10 @@ class BrokerAnswers:
             return
         producer.refuse(batch, [batch])  # this write stored nothing; later ones may be stored
         unknown = not_yet_known(error)
-        if not (unknown and batch.may_be_stored):  # (riding it out, it keeps its ids)
+        if unknown and batch.may_be_stored:  # riding it out, it keeps its ids (for now)
+            producer.queue.keep_journalled(batch)
+            self._journal_overtaken()
+        else:
             self.journal.refused(producer, batch)
         if unknown and batch.may_be_stored:
             log.warning("send error on %s: %s %s; the broker is still persisting an earlier "
@@ -162,6 +166,20 @@ class BrokerAnswers:
         else:
             log.warning("send error on %s: %s %s; will resend", where, name, error.message)
             self._recreate(name, batch)
+
+    def producer_disconnected(self) -> None:
+        """The producer's connection is gone: a batch lost unanswered with it may be stored."""
+        self.producer.on_disconnected()
+        self._journal_overtaken()
+
+    def _journal_overtaken(self) -> None:
+        """A refusal ridden out under its ids, an id above which may be stored now, is
+        journalled as refused (a replay gives it new ids, as a possible duplicate): replayed
+        under its ids after a crash, the broker would answer it -1:-1 as a duplicate of the
+        later batch, and it would count stored."""
+        producer = self.producer
+        for batch in producer.queue.overtaken():
+            self.journal.refused(producer, batch)
 
     def _fit_topic_limit(self, batch: SealedBatch) -> None:
         """The topic's own size limit refused ``batch``: it goes again in halves once the

@@ -393,6 +393,6 @@ class ProducerDriver(Recreation, BrokerAnswers):
         """Stop routing to and writing on this producer at once; ``_run`` reconnects (its
         PartitionKey messages wait for it through the failover grace)."""
         self.connection = None
-        self.producer.on_disconnected()
+        self.producer_disconnected()
         self.availability.away()
         self._lost.set()

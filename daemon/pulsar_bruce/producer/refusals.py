@@ -47,6 +47,8 @@ class Refusals:
         #: write may have stored.
         self.failed_back: list[tuple[SealedBatch, str]] = []
         self.possibly_stored: list[SealedBatch] = []
+        #: Refused batches whose ids the journal keeps for a replay (:meth:`keep_journalled`).
+        self._journalled_ids: set[SealedBatch] = set()
 
     def in_flight_batch(self, sequence_id: int) -> SealedBatch | None:
         raise NotImplementedError
@@ -80,6 +82,23 @@ class Refusals:
             self._keep_ids(batch, replacement)
         self._refused[batch] = replacement
         batch.receipts += 1  # the refusal answers one of its frames (of a message in chunks)
+
+    def keep_journalled(self, batch: SealedBatch) -> None:
+        """The refused ``batch`` rides out an earlier write of it still being persisted: the
+        journal keeps its ids for a replay (the broker may yet take that write), until
+        :meth:`overtaken` returns it."""
+        self._journalled_ids.add(batch)
+
+    def overtaken(self) -> list[SealedBatch]:
+        """Batches of :meth:`keep_journalled` an id above which may be stored now: the broker
+        would take them for duplicates of it (-1:-1), so :meth:`release` renumbers them, and
+        a replay after a crash must not offer their ids either."""
+        if not self._journalled_ids:
+            return []
+        top, refused = self._stored_top, self._refused
+        gone = [b for b in self._journalled_ids if b not in refused or b.sequence_id <= top]
+        self._journalled_ids.difference_update(gone)
+        return [b for b in gone if b in refused]
 
     def release(self) -> None:
         """Every batch written after the refused ones is answered (or lost unanswered): a
@@ -116,6 +135,7 @@ class Refusals:
         for part in reversed(renumbered):
             pending.insert(at, part)
         self._in_flight, self._stored_top = 0, -1
+        self._journalled_ids.clear()
 
     @staticmethod
     def _keep_ids(whole: SealedBatch, parts: Iterable[SealedBatch]) -> None:

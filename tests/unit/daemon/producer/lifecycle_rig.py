@@ -265,7 +265,7 @@ class Process(BrokerAnswers):
             self._read(command)
         self.broker.drop_connection()
         self.connected = self.closing = False
-        self.producer.on_disconnected()
+        self.producer_disconnected()
 
     def reconnect(self) -> None:
         """Register again.  After a re-creation the broker answers CloseProducer once every
@@ -273,7 +273,7 @@ class Process(BrokerAnswers):
         bookie that holds one makes the close time out, and the connection is aborted."""
         if self.closing and not self.close_answered():
             self.drop_connection(processed=0)
-        self.producer.on_disconnected()
+        self.producer_disconnected()
         self.connect()
 
     def close_answered(self) -> bool:

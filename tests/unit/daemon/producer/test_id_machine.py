@@ -329,6 +329,34 @@ def test_a_replay_renumbered_after_another_process_used_the_name_is_a_reported_d
 
 
 
+def test_a_ridden_out_refusal_overtaken_by_a_later_batch_is_not_replayed_under_its_ids() -> None:
+    """Found by ``make test-models`` (20,000 random examples): a batch's first write was still
+    being persisted when its resend was refused (``MessageDupUnknownException``), so it rode
+    that out under its ids, and the journal kept them; the bookie failed the first write, and
+    the batch written after it was stored.  A crash then replayed the batch under its ids,
+    the broker took them for duplicates of the later batch (-1:-1) and it counted acked,
+    never stored.  Once an id above it may be stored, the journal records it as refused: the
+    replay gives it new ids, as a possible duplicate."""
+    machine = SettledMachine()
+    try:
+        machine.mode(exactly_once=False, frame_limit=2524, topic_limit=1 << 30)
+        machine.add(count=8, seal=False)
+        machine.crash_and_replay(settles_recorded=False)
+        machine.reconnect()
+        machine.receipt_overdue()
+        machine.reconnect()
+        machine.broker_judges(sends=1)  # the resend of the first batch: its first write pends
+        machine.bookie_fails()
+        machine.answer(answers=1)  # the refusal, then the second batch stored
+        machine.crash_and_replay(settles_recorded=False)
+        machine.check_settled()
+        first = machine.sent[:4]
+        assert [machine.broker.stored[v] for v in first] == [1, 1, 1, 1]
+        assert [v in machine.outcomes.acked for v in first] == [True] * 4
+    finally:
+        machine.teardown()
+
+
 def test_a_refused_batch_spooled_at_shutdown_does_not_offer_its_old_ids_again() -> None:
     """Found by this model once it shut down to a spool: a batch refused (a checksum error)
     while the batches written after it were stored waits, under its ids, to go under new
