@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
@@ -215,6 +216,32 @@ class BenchBase:
         started = Worker(mode, params, self.path(name))
         self.workers.append(started)
         return started
+
+    def start_workers(self, mode: str, params: list[dict[str, Any]], name: str) -> list[Worker]:
+        """One worker per params, started side by side (each waits for READY)."""
+        paths = [self.path(f"{name}-{i}") for i in range(len(params))]
+        with ThreadPoolExecutor(8) as pool:
+            started = list(pool.map(Worker, [mode] * len(params), params, paths))
+        self.workers.extend(started)
+        return started
+
+    def run_paced_loops(self, row: dict[str, Any], payload: str, pool: int) -> dict[str, Any]:
+        """``row``'s K paced loops making the same values and sending nothing
+        (``workers.py`` mode ``pace``): the share of the senders' CPU that is the
+        application's own loop (its wake-ups), not the sending."""
+        k, per = row["senders"], row["per_sender"]
+        params = {"messages": per, "size": row["size"], "rate": row["rate"]}
+        params.update(payload=payload, pool=pool)
+        loops = self.start_workers("pace", [{**params, "seed": i} for i in range(k)], "pace")
+        for worker in loops:
+            worker.go()
+        results = [w.result(timeout=self.args.seconds * 3 + 60) for w in loops]
+        cpu_s = sum(r["cpu_s"] for r in results)
+        return {
+            "senders_cpu_s": cpu_s,
+            "us_per_msg": cpu_s / (k * per) * 1e6,
+            "peak_rss_mb": sum(r["peak_rss_kib"] for r in results) / 1024,
+        }
 
     def kill_workers(self) -> None:
         for worker in self.workers:

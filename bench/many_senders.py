@@ -32,12 +32,11 @@ import argparse
 import contextlib
 import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from bench import brokers, harness
 from bench.brokers import BenchBroker, Brokers
-from bench.harness import Daemon, Worker
+from bench.harness import Daemon
 from bench.machine import MachineCpu, cpu_seconds, memory_kib
 from bench.payloads import KINDS
 from bench.throughput import add_official_compression
@@ -51,14 +50,6 @@ POOL = 256
 
 class ManySenders(Bench):
     """One row: K paced senders of one size, each side in turn."""
-
-    def start_workers(self, mode: str, params: list[dict[str, Any]], name: str) -> list[Worker]:
-        """One worker per params, started side by side (each waits for READY)."""
-        paths = [self.path(f"{name}-{i}") for i in range(len(params))]
-        with ThreadPoolExecutor(8) as pool:
-            started = list(pool.map(Worker, [mode] * len(params), params, paths))
-        self.workers.extend(started)
-        return started
 
     def run_side(
         self, side: str, broker: BenchBroker, daemon: Daemon | None, row: dict[str, Any]
@@ -115,21 +106,8 @@ class ManySenders(Bench):
         return summarise(out, total)
 
     def run_floor(self, row: dict[str, Any]) -> dict[str, Any]:
-        """The same K paced loops making the same values, sending nothing: the share of the
-        senders' CPU that is the application's own loop (its wake-ups), not the sending."""
-        k, per = row["senders"], row["per_sender"]
-        params = {"messages": per, "size": row["size"], "rate": row["rate"]}
-        params.update(payload=self.args.payload, pool=POOL)
-        loops = self.start_workers("pace", [{**params, "seed": i} for i in range(k)], "pace")
-        for worker in loops:
-            worker.go()
-        results = [w.result(timeout=self.args.seconds * 3 + 60) for w in loops]
-        cpu_s = sum(r["cpu_s"] for r in results)
-        return {
-            "senders_cpu_s": cpu_s,
-            "us_per_msg": cpu_s / (k * per) * 1e6,
-            "peak_rss_mb": sum(r["peak_rss_kib"] for r in results) / 1024,
-        }
+        """The same K paced loops alone (:meth:`~bench.harness.BenchBase.run_paced_loops`)."""
+        return self.run_paced_loops(row, self.args.payload, POOL)
 
 
 def summarise(out: dict[str, Any], total: int) -> dict[str, Any]:

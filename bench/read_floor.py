@@ -31,6 +31,7 @@ from typing import Any
 
 from bench import harness
 from bench.harness import BenchBase, BenchError
+from bench.many_senders import POOL
 from bench.payloads import KINDS
 
 SOURCE = Path(__file__).with_name("read_floor.c")
@@ -70,11 +71,11 @@ class ReadFloor(BenchBase):
             if process.stdout.readline().strip() != "READY":
                 raise BenchError("the floor reader did not start (see its log)")
             common = {"topic": "floor", "messages": per, "size": row["size"], "keyed": False}
-            common.update(socket=str(socket_path), payload=self.args.payload, pool=256)
+            common.update(socket=str(socket_path), payload=self.args.payload, pool=POOL)
             if row["rate"]:
                 common.update(rate=row["rate"], raw=raw)
             params = [{**common, "seed": i, "seq_base": i * per} for i in range(k)]
-            senders = [self.worker("sender", p, f"sender-k{k}-{i}") for i, p in enumerate(params)]
+            senders = self.start_workers("sender", params, f"sender-k{k}")
             started = time.monotonic()
             for worker in senders:
                 worker.go()
@@ -98,17 +99,6 @@ class ReadFloor(BenchBase):
             "wakeups_per_datagram": wakes / got,
             "senders_us": sum(r["cpu_s"] for r in results) / total * 1e6,
         }
-
-    def run_loop(self, row: dict[str, Any]) -> float:
-        """The same K paced loops sending nothing: their CPU per message."""
-        k, per = row["senders"], row["per_sender"]
-        params = {"messages": per, "size": row["size"], "rate": row["rate"], "pool": 256}
-        params["payload"] = self.args.payload
-        loops = [self.worker("pace", {**params, "seed": i}, f"pace-k{k}-{i}") for i in range(k)]
-        for worker in loops:
-            worker.go()
-        results = [w.result(timeout=self.args.seconds * 3 + 60) for w in loops]
-        return sum(r["cpu_s"] for r in results) / (k * per) * 1e6
 
 
 def print_send_cost(row: dict[str, Any], loop_us: float, raw_us: float, sender_us: float) -> None:
@@ -156,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             print_row(out)
             results["rows"].append(out)
             if args.send_cost and row["rate"] and row["nap_us"] == args.naps[0]:
-                out["loop_us"] = bench.run_loop(row)
+                out["loop_us"] = bench.run_paced_loops(row, args.payload, POOL)["us_per_msg"]
                 out["raw_send_us"] = bench.run_row(reader, row, raw=True)["senders_us"]
                 print_send_cost(row, out["loop_us"], out["raw_send_us"], out["senders_us"])
             harness.write_json(args.json, results)
