@@ -151,14 +151,13 @@ class BrokerAnswers:
         if unknown and batch.may_be_stored:  # riding it out, it keeps its ids (for now)
             producer.queue.keep_journalled(batch)
             self._journal_overtaken()
-        else:
-            self.journal.refused(producer, batch)
-        if unknown and batch.may_be_stored:
             log.warning("send error on %s: %s %s; the broker is still persisting an earlier "
                         "write of it: will resend once it knows", where, name,
                         error.message)  # fmt: skip
             self._ride_out(name)
-        elif unknown or error.error == pb.ChecksumError:
+            return
+        self.journal.refused(producer, batch)
+        if unknown or error.error == pb.ChecksumError:
             count_failure(batch)
             log.warning("send error on %s: %s %s; will resend once the batches written after "
                         "it are answered", where, name, error.message)  # fmt: skip
